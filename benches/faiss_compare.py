@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""FAISS side of the side-by-side benchmark against `dentate bench`.
+
+Builds one or more FAISS indexes over a base set, sweeps nprobe, and reports
+recall@k, QPS, build time and an estimate of per-vector index payload. With
+--json it prints one JSON object per configuration per line, using exactly the
+same keys as `dentate bench --json`.
+
+Similarity is cosine: base and queries are L2-normalised and searched with
+inner product. Depends only on numpy and faiss (pip install faiss-cpu numpy).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import faiss
+
+KEYS = ["engine", "index", "factory", "nlist", "m", "opq", "nprobe", "rerank",
+        "k", "threads", "recall_at_k", "qps", "build_s", "bytes_per_vector",
+        "n", "d", "nq"]
+INDEX_KINDS = ("flat", "ivfpq", "ivfpqfs")
+
+
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------- file readers
+def _read_vecs(path, dtype):
+    """.fvecs/.ivecs: each record is int32 LE dim followed by dim 4-byte values."""
+    raw = np.fromfile(path, dtype="<i4")
+    if raw.size == 0:
+        die(f"{path}: empty file")
+    d = int(raw[0])
+    if d <= 0 or raw.size % (d + 1) != 0:
+        die(f"{path}: corrupt vecs file (dim {d}, {raw.size * 4} bytes)")
+    rec = raw.reshape(-1, d + 1)
+    if not (rec[:, 0] == d).all():
+        die(f"{path}: records have differing dimensions")
+    return np.ascontiguousarray(rec[:, 1:]).view(dtype)
+
+
+def read_matrix(path, kind):
+    """Read a 2-D matrix; kind is 'float' (vectors) or 'int' (neighbour ids)."""
+    if not os.path.isfile(path):
+        die(f"file not found: {path}")
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".fvecs":
+        m = _read_vecs(path, "<f4")
+    elif ext == ".ivecs":
+        m = _read_vecs(path, "<i4")
+    elif ext == ".npy":
+        m = np.load(path, allow_pickle=False)
+        if m.ndim != 2:
+            die(f"{path}: expected a 2-D array, got shape {m.shape}")
+        if m.dtype not in (np.float32, np.int32, np.int64):
+            die(f"{path}: unsupported dtype {m.dtype} (want float32/int32/int64)")
+    else:
+        die(f"{path}: unknown extension {ext!r} (want .fvecs, .ivecs or .npy)")
+    if kind == "float":
+        return np.ascontiguousarray(m, dtype=np.float32)  # always a fresh copy
+    return np.ascontiguousarray(m, dtype=np.int64)
+
+
+# ------------------------------------------------------------------- helpers
+def recall_at_k(found, gt, k):
+    """Mean over queries of |retrieved top-k ∩ gt top-k| / k."""
+    hits = sum(len(np.intersect1d(f[:k], g[:k])) for f, g in zip(found, gt))
+    return hits / (k * len(gt))
+
+
+def bytes_per_vector(kind, d, m, refined):
+    """Estimated index payload per stored vector (NOT process RSS).
+
+    flat    : 4*d                 raw float32 vector
+    ivfpq   : m + 8               m one-byte PQ codes + int64 id in the inverted list
+    ivfpqfs : ceil(m/2) + 8       m 4-bit codes packed two per byte + int64 id
+    refined : + 4*d               IndexRefineFlat keeps a float32 copy for re-ranking
+    Shared structures (coarse centroids, PQ codebooks, OPQ matrix) and fast-scan
+    block padding to 32 vectors are amortised away and not counted.
+    """
+    if kind == "flat":
+        return 4 * d
+    b = (m if kind == "ivfpq" else (m + 1) // 2) + 8
+    return b + (4 * d if refined else 0)
+
+
+def timed_search(index, queries, k):
+    """One untimed warm-up on the first 100 queries, then one timed full search."""
+    index.search(queries[:100], k)
+    t0 = time.perf_counter()
+    _, ids = index.search(queries, k)
+    return ids, len(queries) / (time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------- runners
+def run_flat(base, queries, gt, args, common):
+    d = base.shape[1]
+    t0 = time.perf_counter()
+    index = faiss.IndexFlatIP(d)
+    index.add(base)
+    build_s = time.perf_counter() - t0
+    ids, qps = timed_search(index, queries, args.k)
+    # IVF/PQ parameters do not apply to a flat index: report them as null/false.
+    yield dict(common, index="flat", factory="IndexFlatIP", nlist=None, m=None,
+               opq=False, nprobe=None, rerank=None,
+               recall_at_k=recall_at_k(ids, gt, args.k), qps=qps, build_s=build_s,
+               bytes_per_vector=bytes_per_vector("flat", d, args.m, False))
+
+
+def run_ivf(kind, base, queries, gt, args, common):
+    d = base.shape[1]
+    opq = f"OPQ{args.m}," if args.opq else ""
+    pq = f"PQ{args.m}x4fs" if kind == "ivfpqfs" else f"PQ{args.m}"
+    factory = f"{opq}IVF{args.nlist},{pq}"
+    # ivfpq re-ranks only on request; fast-scan always re-ranks (default 4x).
+    rerank = args.rerank if (args.rerank > 0 or kind == "ivfpq") else 4
+
+    t0 = time.perf_counter()
+    inner = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+    # extract_index_ivf sees through the OPQ pre-transform but returns a bare
+    # IndexIVF proxy; downcast to reach IVFPQ-only fields.
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(inner))
+    # index_factory turns on polysemous training for 8-bit IVFPQ; it is only used
+    # when polysemous_ht is set (never here) and costs seconds, so skip it.
+    if hasattr(ivf, "do_polysemous_training"):
+        ivf.do_polysemous_training = False
+    index = inner
+    if rerank > 0:
+        # Wrap before train/add so the refine store receives every base vector.
+        index = faiss.IndexRefineFlat(inner)
+        index.k_factor = rerank
+        factory = f"IndexRefineFlat({factory})"
+    index.train(base)  # faiss subsamples the k-means training set itself
+    index.add(base)
+    build_s = time.perf_counter() - t0
+
+    for p in args.nprobe:
+        ivf.nprobe = p
+        ids, qps = timed_search(index, queries, args.k)
+        yield dict(common, index=kind, factory=factory, nprobe=p, rerank=rerank,
+                   recall_at_k=recall_at_k(ids, gt, args.k), qps=qps, build_s=build_s,
+                   bytes_per_vector=bytes_per_vector(kind, d, args.m, rerank > 0))
+
+
+# ----------------------------------------------------------------------- CLI
+def int_list(s):
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {s!r}")
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description="FAISS baseline for `dentate bench` (cosine, top-k).")
+    ap.add_argument("--base", required=True, help="base vectors (.fvecs or .npy)")
+    ap.add_argument("--queries", required=True, help="query vectors (.fvecs or .npy)")
+    ap.add_argument("--gt", help="ground-truth neighbour ids (.ivecs or .npy); exact IndexFlatIP if omitted")
+    ap.add_argument("--index", default="flat,ivfpq", help="comma list of flat,ivfpq,ivfpqfs (default: flat,ivfpq)")
+    ap.add_argument("--nlist", type=int, default=1024, help="IVF lists (default 1024)")
+    ap.add_argument("--m", type=int, default=16, help="PQ sub-quantisers (default 16)")
+    ap.add_argument("--opq", action="store_true", help="prefix factory with OPQ{m}")
+    ap.add_argument("--nprobe", type=int_list, default=[1, 4, 16, 64], help="comma list (default 1,4,16,64)")
+    ap.add_argument("--rerank", type=int, default=0, help="IndexRefineFlat k_factor; 0 = none (ivfpqfs defaults to 4)")
+    ap.add_argument("--k", type=int, default=10, help="neighbours per query (default 10)")
+    ap.add_argument("--threads", type=int, default=2, help="OpenMP threads (default 2)")
+    ap.add_argument("--json", action="store_true", help="one JSON object per line")
+    args = ap.parse_args()
+    args.index = [s.strip() for s in args.index.split(",") if s.strip()]
+    bad = [s for s in args.index if s not in INDEX_KINDS]
+    if bad or not args.index:
+        die(f"--index: unknown kind(s) {bad}; choose from {','.join(INDEX_KINDS)}")
+    if min([args.k, args.nlist, args.m, args.threads] + args.nprobe) <= 0 or args.rerank < 0:
+        die("--k, --nlist, --m, --threads and --nprobe must be positive; --rerank >= 0")
+    return args
+
+
+def print_table(rows):
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.4f}" if v < 10 else f"{v:.1f}"
+        return str(v)
+    cells = [KEYS] + [[fmt(r[key]) for key in KEYS] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(KEYS))]
+    for c in cells:
+        print("  ".join(s.rjust(w) for s, w in zip(c, widths)))
+
+
+def main():
+    args = parse_args()
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if var in os.environ:
+            print(f"warning: {var}={os.environ[var]} is set; it may slow BLAS", file=sys.stderr)
+
+    base = read_matrix(args.base, "float")
+    queries = read_matrix(args.queries, "float")
+    (n, d), nq = base.shape, queries.shape[0]
+    if queries.shape[1] != d:
+        die(f"dimension mismatch: base d={d}, queries d={queries.shape[1]}")
+    if args.k > n:
+        die(f"k={args.k} is larger than the base size n={n}")
+    ivf_kinds = [s for s in args.index if s != "flat"]
+    if ivf_kinds and d % args.m != 0:
+        die(f"d={d} is not divisible by m={args.m} (required by PQ/OPQ)")
+    if ivf_kinds and n < args.nlist:
+        die(f"nlist={args.nlist} exceeds the base size n={n}")
+    faiss.normalize_L2(base)  # in place; cosine == inner product on unit vectors
+    faiss.normalize_L2(queries)
+    faiss.omp_set_num_threads(args.threads)
+
+    if args.gt:
+        gt = read_matrix(args.gt, "int")
+        if gt.shape[0] != nq or gt.shape[1] < args.k:
+            die(f"ground truth shape {gt.shape} does not cover nq={nq}, k={args.k}")
+        gt = gt[:, :args.k]
+    else:  # exact ground truth; not counted in any timing
+        exact = faiss.IndexFlatIP(d)
+        exact.add(base)
+        gt = exact.search(queries, args.k)[1]
+
+    common = dict(engine="faiss", nlist=args.nlist, m=args.m, opq=args.opq,
+                  k=args.k, threads=args.threads, n=n, d=d, nq=nq)
+    rows = []
+    for kind in args.index:
+        gen = (run_flat(base, queries, gt, args, common) if kind == "flat"
+               else run_ivf(kind, base, queries, gt, args, common))
+        for row in gen:
+            row = {key: row[key] for key in KEYS}
+            if args.json:
+                print(json.dumps(row), flush=True)
+            rows.append(row)
+    if not args.json:
+        print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+//! `dentate bench`: recall@k, QPS, build time and bytes per vector.
+
+use crate::commands::{build_index, load_truth, parse_list, read_matrix, timed_best};
+use clap::Args;
+use dentate_core::data::recall_at_k;
+use dentate_core::{Index, IvfSearchParams, Precision};
+use std::path::PathBuf;
+
+/// Arguments of `dentate bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Base vectors (.fvecs or .npy, float32).
+    #[arg(long)]
+    pub base: PathBuf,
+    /// Query vectors (.fvecs or .npy, float32).
+    #[arg(long)]
+    pub queries: PathBuf,
+    /// Ground truth (.ivecs or .npy): row numbers of each query's nearest
+    /// base vectors. Computed exactly when absent.
+    #[arg(long)]
+    pub gt: Option<PathBuf>,
+    /// Index kind: flat or ivfpq.
+    #[arg(long, default_value = "ivfpq")]
+    pub index: String,
+    /// Inverted lists (ivfpq).
+    #[arg(long, default_value_t = 1024)]
+    pub nlist: usize,
+    /// PQ sub-quantizers, bytes per code (ivfpq).
+    #[arg(long, default_value_t = 16)]
+    pub m: usize,
+    /// Learn an OPQ rotation (ivfpq).
+    #[arg(long)]
+    pub opq: bool,
+    /// Comma-separated nprobe values to sweep (ivfpq).
+    #[arg(long, default_value = "1,4,16,64")]
+    pub nprobe: String,
+    /// Comma-separated re-rank factors to sweep (ivfpq; 0 = off).
+    #[arg(long, default_value = "0")]
+    pub rerank: String,
+    /// Neighbours per query.
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Storage precision of flat vectors / the re-rank store: f32 or f16.
+    #[arg(long, default_value = "f16")]
+    pub precision: String,
+    /// OPQ outer iterations.
+    #[arg(long, default_value_t = 50)]
+    pub opq_iterations: usize,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the benchmark.
+pub fn run(a: &BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
+    pool.install(|| run_in_pool(a, threads).map_err(|e| e.to_string()))?;
+    Ok(())
+}
+
+fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let base = read_matrix(&a.base)?;
+    let queries = read_matrix(&a.queries)?;
+    if base.cols != queries.cols {
+        return Err(format!("base has dimension {}, queries {}", base.cols, queries.cols).into());
+    }
+    if a.k == 0 || a.k > base.rows {
+        return Err(format!(
+            "k = {} must be between 1 and the base size {}",
+            a.k, base.rows
+        )
+        .into());
+    }
+    let precision: Precision = a.precision.parse()?;
+    let truth = load_truth(a.gt.as_deref(), &base, &queries, a.k, !a.json)?;
+    let nprobes = parse_list(&a.nprobe, "nprobe")?;
+    let reranks = parse_list(&a.rerank, "rerank")?;
+    let spec = crate::commands::IndexSpec {
+        kind: a.index.clone(),
+        nlist: a.nlist,
+        m: a.m,
+        opq: a.opq,
+        precision,
+        opq_iterations: a.opq_iterations,
+        rerank_store: reranks.iter().any(|&r| r > 0),
+    };
+    let (index, build_s) = build_index(&spec, &base, !a.json)?;
+    let bpv = index.as_index().memory_bytes() as f64 / base.rows as f64;
+    let mut rows = Vec::new();
+    let mut emit = |nprobe: Option<usize>,
+                    rerank: Option<usize>,
+                    search: &dyn Fn() -> dentate_core::Result<Vec<Vec<dentate_core::Hit>>>|
+     -> Result<(), Box<dyn std::error::Error>> {
+        let (secs, res) = timed_best(search)?;
+        let recall = recall_at_k(&res, &truth, a.k);
+        let row = serde_json::json!({
+            "engine": "dentate",
+            "index": a.index,
+            "nlist": if a.index == "flat" { None } else { Some(a.nlist) },
+            "m": if a.index == "flat" { None } else { Some(a.m) },
+            "opq": a.opq && a.index != "flat",
+            "nprobe": nprobe,
+            "rerank": rerank,
+            "k": a.k,
+            "threads": threads,
+            "recall_at_k": (recall * 10000.0).round() / 10000.0,
+            "qps": (queries.rows as f64 / secs * 10.0).round() / 10.0,
+            "build_s": (build_s * 1000.0).round() / 1000.0,
+            "bytes_per_vector": (bpv * 10.0).round() / 10.0,
+            "n": base.rows,
+            "d": base.cols,
+            "nq": queries.rows,
+            "precision": a.precision,
+        });
+        if a.json {
+            println!("{row}");
+        }
+        rows.push(row);
+        Ok(())
+    };
+    match &index {
+        dentate_core::AnyIndex::Flat(f) => emit(None, None, &|| f.search(&queries.data, a.k))?,
+        dentate_core::AnyIndex::IvfPq(ivf) => {
+            for &rerank in &reranks {
+                for &nprobe in &nprobes {
+                    let params = IvfSearchParams { nprobe, rerank };
+                    emit(Some(nprobe), Some(rerank), &|| {
+                        ivf.search_with(&queries.data, a.k, params)
+                    })?;
+                }
+            }
+        }
+    }
+    if !a.json {
+        println!(
+            "{:<7} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10} {:>11} {:>9} {:>10}",
+            "index",
+            "nlist",
+            "m",
+            "opq",
+            "nprobe",
+            "rerank",
+            "recall@k",
+            "QPS",
+            "build s",
+            "bytes/vec"
+        );
+        let dash = |v: &serde_json::Value| {
+            if v.is_null() {
+                "-".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        for r in &rows {
+            println!(
+                "{:<7} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10.4} {:>11.1} {:>9.3} {:>10.1}",
+                r["index"].as_str().unwrap_or(""),
+                dash(&r["nlist"]),
+                dash(&r["m"]),
+                if r["opq"].as_bool().unwrap_or(false) {
+                    "yes"
+                } else {
+                    "no"
+                },
+                dash(&r["nprobe"]),
+                dash(&r["rerank"]),
+                r["recall_at_k"].as_f64().unwrap_or(0.0),
+                r["qps"].as_f64().unwrap_or(0.0),
+                r["build_s"].as_f64().unwrap_or(0.0),
+                r["bytes_per_vector"].as_f64().unwrap_or(0.0),
+            );
+        }
+        println!(
+            "(n = {}, d = {}, {} queries, k = {}, {threads} threads)",
+            base.rows, base.cols, queries.rows, a.k
+        );
+    }
+    Ok(())
+}

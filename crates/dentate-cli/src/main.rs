@@ -1,0 +1,54 @@
+//! The `dentate` command-line tool.
+
+mod bench;
+mod commands;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Dentate: vector retrieval engine for agent memory.
+#[derive(Parser)]
+#[command(name = "dentate", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build a synthetic clustered set, train exact and IVF-OPQ-PQ indexes,
+    /// print recall/QPS/bytes, save and reload. No downloads; under a minute.
+    Quickstart(commands::QuickstartArgs),
+    /// Measure recall@k, QPS, build time and bytes per vector on vector files.
+    Bench(bench::BenchArgs),
+    /// Build, search and inspect index files.
+    #[command(subcommand)]
+    Index(commands::IndexCommand),
+    /// Generate data files.
+    #[command(subcommand)]
+    Data(commands::DataCommand),
+    /// Print the compute backends and SIMD paths of this machine.
+    Info,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Quickstart(a) => commands::quickstart(&a),
+        Command::Bench(a) => bench::run(&a),
+        Command::Index(c) => commands::index(c),
+        Command::Data(c) => commands::data(c),
+        Command::Info => {
+            commands::info();
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,588 @@
+//! The compute interface: every hot kernel of the engine behind one trait.
+//!
+//! Indexes and training code call a [`Compute`] and never know which backend
+//! runs. [`CpuCompute`] is the reference implementation (rayon across queries
+//! and blocks, SIMD chosen at run time); a GPU backend implements the same
+//! calls. Results are deterministic: candidates with equal scores are ordered
+//! by smaller id, so every backend returns the same ids in the same order.
+//!
+//! Backends may keep device copies of the data they are given: every
+//! [`BaseRef`] carries a `uid`/`epoch` pair that changes when the rows change
+//! other than by appending, so a cache keyed on it stays valid while the
+//! index only grows.
+
+use crate::salience::SalienceParams;
+use crate::simd::{Isa, PANEL, Panels, RowMajor, tile_scores};
+use crate::topk::{Cand, TopK};
+use crate::vector::Bitset;
+use rayon::prelude::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A base matrix to search, with its ids, tombstones and per-row bias.
+#[derive(Debug, Clone, Copy)]
+pub struct BaseRef<'a> {
+    /// The vectors, in panel layout.
+    pub panels: &'a Panels,
+    /// Caller id of each row; `None` means the row number is the id.
+    pub ids: Option<&'a [u64]>,
+    /// Rows that may be returned; `None` means all.
+    pub alive: Option<&'a Bitset>,
+    /// Added to each row's inner product (e.g. `-‖c‖²/2` turns inner-product
+    /// top-1 into nearest-by-L2); `None` means zero.
+    pub bias: Option<&'a [f32]>,
+    /// Identity of the underlying storage, for backend caches.
+    pub uid: u64,
+    /// Bumped whenever rows change other than by appending.
+    pub epoch: u64,
+}
+
+impl<'a> BaseRef<'a> {
+    /// A plain base: row numbers as ids, all alive, no bias.
+    pub fn plain(panels: &'a Panels) -> Self {
+        BaseRef {
+            panels,
+            ids: None,
+            alive: None,
+            bias: None,
+            uid: 0,
+            epoch: 0,
+        }
+    }
+    #[inline]
+    fn id(&self, row: usize) -> u64 {
+        self.ids.map_or(row as u64, |ids| ids[row])
+    }
+}
+
+/// One inverted list to scan with asymmetric distance computation.
+#[derive(Debug, Clone, Copy)]
+pub struct ListRef<'a> {
+    /// `len × m` 8-bit codes, row-major.
+    pub codes: &'a [u8],
+    /// Global row of each entry.
+    pub rows: &'a [u32],
+    /// Added to every score of this list (`<q, centroid>`).
+    pub bias: f32,
+}
+
+/// Distance used by clustering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// `1 − <a, b>` on unit vectors (spherical k-means, cosine).
+    Cosine,
+    /// Euclidean distance.
+    L2,
+}
+
+/// Every hot kernel of the engine. See the module documentation.
+pub trait Compute: Send + Sync + std::fmt::Debug {
+    /// Backend name, e.g. `cpu (avx512f)`.
+    fn name(&self) -> String;
+
+    /// For each row-major query (`queries.len() / dim` of them), the `k` live
+    /// rows with the highest `<q, row> + bias[row]`, best first, ties by
+    /// smaller id. Fewer than `k` when fewer rows are alive.
+    fn top_k(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>>;
+
+    /// Nearest centroid of each point (`metric` decides inner product or L2)
+    /// and its score (similarity for cosine, negated half squared distance
+    /// minus `‖x‖²/2` for L2 — only the ordering is meaningful).
+    fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
+        let bias: Option<Vec<f32>> = match metric {
+            Metric::Cosine => None,
+            Metric::L2 => Some(
+                (0..centroids.len())
+                    .map(|i| {
+                        let c = centroids.row(i);
+                        -0.5 * c.iter().map(|x| x * x).sum::<f32>()
+                    })
+                    .collect(),
+            ),
+        };
+        let base = BaseRef {
+            bias: bias.as_deref(),
+            ..BaseRef::plain(centroids)
+        };
+        let res = self.top_k(points, base, 1);
+        res.into_iter()
+            .map(|v| {
+                v.first()
+                    .map_or((0, f32::NEG_INFINITY), |c| (c.row, c.score))
+            })
+            .unzip()
+    }
+
+    /// Full product `a · bᵀ`: `out[i * b.len() + j] = <a_i, b_j>`.
+    fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32>;
+
+    /// Per-cluster sums of the points and counts (k-means update step).
+    fn cluster_sums(
+        &self,
+        points: &[f32],
+        dim: usize,
+        assign: &[u32],
+        k: usize,
+    ) -> (Vec<f32>, Vec<u32>);
+
+    /// `out[i * k + c]` = sum of distances from point `i` to every point of
+    /// cluster `c` (the self-distance is 0): the input of the silhouette score.
+    fn cluster_distance_sums(
+        &self,
+        points: &Panels,
+        labels: &[u32],
+        k: usize,
+        metric: Metric,
+    ) -> Vec<f32>;
+
+    /// ADC scan: for each query, its lookup table (`m × 256` inner products
+    /// of the query's sub-vectors with the codebooks, in `tables`) applied to
+    /// the codes of its probed lists; the `k` best live candidates.
+    #[allow(clippy::too_many_arguments)]
+    fn adc_top_k(
+        &self,
+        tables: &[f32],
+        m: usize,
+        probes: &[Vec<ListRef<'_>>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Vec<Vec<Cand>>;
+
+    /// Exact re-ranking: each query's candidate rows scored against the stored
+    /// vectors; the `k` best, ties by id.
+    fn rerank(
+        &self,
+        queries: &[f32],
+        store: &RowMajor,
+        ids: &[u64],
+        candidates: &[Vec<u32>],
+        k: usize,
+    ) -> Vec<Vec<Cand>>;
+
+    /// Salience of every row at turn `now`.
+    fn salience(
+        &self,
+        added: &[u64],
+        last_retrieved: &[u64],
+        now: u64,
+        params: &SalienceParams,
+    ) -> Vec<f32>;
+
+    /// The `count` live rows with the lowest score, lowest first (ties by id).
+    fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32>;
+}
+
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh storage identity for [`BaseRef::uid`].
+pub fn new_uid() -> u64 {
+    NEXT_UID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The CPU backend: rayon + runtime-chosen SIMD.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuCompute {
+    isa: Isa,
+}
+
+impl Default for CpuCompute {
+    fn default() -> Self {
+        CpuCompute { isa: Isa::active() }
+    }
+}
+
+impl CpuCompute {
+    /// The CPU backend on a specific SIMD path (must be in [`Isa::available`]).
+    pub fn with_isa(isa: Isa) -> Option<Self> {
+        Isa::available()
+            .contains(&isa)
+            .then_some(CpuCompute { isa })
+    }
+    /// The SIMD path in use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+}
+
+/// The default backend shared by indexes that were not given one.
+pub fn default_compute() -> Arc<dyn Compute> {
+    static CPU: std::sync::OnceLock<Arc<dyn Compute>> = std::sync::OnceLock::new();
+    CPU.get_or_init(|| Arc::new(CpuCompute::default())).clone()
+}
+
+/// Queries per block: a multiple of the kernel's 6-row register tile.
+const QB: usize = 48;
+/// Panels per block (256 rows): a block of base rows stays in L2 while every
+/// query of the block passes over it.
+const PB: usize = 16;
+
+impl CpuCompute {
+    /// Scans queries `q0..q0+nq` against panels `p_lo..p_hi` into `heaps`.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_block(
+        &self,
+        queries: &[f32],
+        q0: usize,
+        nq: usize,
+        base: &BaseRef<'_>,
+        p_lo: usize,
+        p_hi: usize,
+        heaps: &mut [TopK],
+    ) {
+        let d = base.panels.dim();
+        let n = base.panels.len();
+        let mut out = vec![0f32; nq * PB * PANEL];
+        let mut scratch = Vec::new();
+        let qs = &queries[q0 * d..(q0 + nq) * d];
+        let mut p = p_lo;
+        while p < p_hi {
+            let np = (p_hi - p).min(PB);
+            let width = np * PANEL;
+            tile_scores(self.isa, qs, nq, base.panels, p, np, &mut out, &mut scratch);
+            let row0 = p * PANEL;
+            let valid = (n - row0).min(width);
+            for (qi, heap) in heaps.iter_mut().enumerate() {
+                let scores = &mut out[qi * width..qi * width + valid];
+                if let Some(bias) = base.bias {
+                    for (s, b) in scores.iter_mut().zip(&bias[row0..row0 + valid]) {
+                        *s += b;
+                    }
+                }
+                let mut thr = heap.threshold();
+                for (c, &s) in scores.iter().enumerate() {
+                    if s >= thr {
+                        let row = row0 + c;
+                        if base.alive.is_none_or(|a| a.get(row)) {
+                            heap.push(Cand {
+                                score: s,
+                                id: base.id(row),
+                                row: row as u32,
+                            });
+                            thr = heap.threshold();
+                        }
+                    }
+                }
+            }
+            p += np;
+        }
+    }
+}
+
+impl Compute for CpuCompute {
+    fn name(&self) -> String {
+        format!("cpu ({})", self.isa.name())
+    }
+
+    fn top_k(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>> {
+        let d = base.panels.dim();
+        if d == 0 {
+            return Vec::new();
+        }
+        let nq = queries.len() / d;
+        let np = base.panels.panels();
+        if nq == 0 {
+            return Vec::new();
+        }
+        if np == 0 || k == 0 {
+            return vec![Vec::new(); nq];
+        }
+        let qblocks = nq.div_ceil(QB);
+        let threads = rayon::current_num_threads().max(1);
+        // Enough tasks to keep every thread busy: split the base when there
+        // are few query blocks (the single-query latency case).
+        let splits = if qblocks >= 2 * threads {
+            1
+        } else {
+            (2 * threads).div_ceil(qblocks).min(np.div_ceil(4)).max(1)
+        };
+        let per_split = np.div_ceil(splits);
+        let tasks: Vec<(usize, usize)> = (0..qblocks)
+            .flat_map(|qb| (0..splits).map(move |s| (qb, s)))
+            .collect();
+        let partial: Vec<(usize, Vec<TopK>)> = tasks
+            .into_par_iter()
+            .map(|(qb, s)| {
+                let q0 = qb * QB;
+                let nqb = (nq - q0).min(QB);
+                let mut heaps = vec![TopK::new(k); nqb];
+                let lo = s * per_split;
+                let hi = ((s + 1) * per_split).min(np);
+                if lo < hi {
+                    self.scan_block(queries, q0, nqb, &base, lo, hi, &mut heaps);
+                }
+                (qb, heaps)
+            })
+            .collect();
+        let mut merged: Vec<TopK> = vec![TopK::new(k); nq];
+        for (qb, heaps) in partial {
+            for (i, h) in heaps.into_iter().enumerate() {
+                merged[qb * QB + i].merge(h);
+            }
+        }
+        merged.into_iter().map(TopK::into_sorted).collect()
+    }
+
+    fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32> {
+        let d = b.dim();
+        if d == 0 {
+            return Vec::new();
+        }
+        let na = a.len() / d;
+        let nb = b.len();
+        let np = b.panels();
+        let mut out = vec![0f32; na * nb];
+        out.par_chunks_mut(QB * nb.max(1))
+            .enumerate()
+            .for_each(|(blk, chunk)| {
+                let q0 = blk * QB;
+                let nq = chunk.len() / nb.max(1);
+                let mut tile = vec![0f32; nq * PB * PANEL];
+                let mut scratch = Vec::new();
+                let mut p = 0;
+                while p < np {
+                    let pn = (np - p).min(PB);
+                    let width = pn * PANEL;
+                    tile_scores(
+                        self.isa,
+                        &a[q0 * d..(q0 + nq) * d],
+                        nq,
+                        b,
+                        p,
+                        pn,
+                        &mut tile,
+                        &mut scratch,
+                    );
+                    let c0 = p * PANEL;
+                    let valid = (nb - c0).min(width);
+                    for r in 0..nq {
+                        chunk[r * nb + c0..r * nb + c0 + valid]
+                            .copy_from_slice(&tile[r * width..r * width + valid]);
+                    }
+                    p += pn;
+                }
+            });
+        out
+    }
+
+    fn cluster_sums(
+        &self,
+        points: &[f32],
+        dim: usize,
+        assign: &[u32],
+        k: usize,
+    ) -> (Vec<f32>, Vec<u32>) {
+        let chunk = 4096;
+        points
+            .par_chunks(chunk * dim)
+            .zip(assign.par_chunks(chunk))
+            .fold(
+                || (vec![0f32; k * dim], vec![0u32; k]),
+                |(mut sums, mut counts), (pts, asg)| {
+                    for (x, &c) in pts.chunks_exact(dim).zip(asg) {
+                        let c = c as usize;
+                        if c < k {
+                            counts[c] += 1;
+                            for (s, v) in sums[c * dim..(c + 1) * dim].iter_mut().zip(x) {
+                                *s += v;
+                            }
+                        }
+                    }
+                    (sums, counts)
+                },
+            )
+            .reduce(
+                || (vec![0f32; k * dim], vec![0u32; k]),
+                |(mut s1, mut c1), (s2, c2)| {
+                    for (a, b) in s1.iter_mut().zip(&s2) {
+                        *a += b;
+                    }
+                    for (a, b) in c1.iter_mut().zip(&c2) {
+                        *a += b;
+                    }
+                    (s1, c1)
+                },
+            )
+    }
+
+    fn cluster_distance_sums(
+        &self,
+        points: &Panels,
+        labels: &[u32],
+        k: usize,
+        metric: Metric,
+    ) -> Vec<f32> {
+        let n = points.len();
+        let d = points.dim();
+        let rows = points.to_rows();
+        let norms: Vec<f32> = rows
+            .chunks_exact(d.max(1))
+            .map(|r| r.iter().map(|x| x * x).sum())
+            .collect();
+        let mut out = vec![0f32; n * k];
+        out.par_chunks_mut(QB * k)
+            .enumerate()
+            .for_each(|(blk, chunk)| {
+                let q0 = blk * QB;
+                let nq = chunk.len() / k;
+                let np = points.panels();
+                let mut tile = vec![0f32; nq * PB * PANEL];
+                let mut scratch = Vec::new();
+                let mut p = 0;
+                while p < np {
+                    let pn = (np - p).min(PB);
+                    let width = pn * PANEL;
+                    tile_scores(
+                        self.isa,
+                        &rows[q0 * d..(q0 + nq) * d],
+                        nq,
+                        points,
+                        p,
+                        pn,
+                        &mut tile,
+                        &mut scratch,
+                    );
+                    let c0 = p * PANEL;
+                    for r in 0..nq {
+                        let i = q0 + r;
+                        for c in 0..(n - c0).min(width) {
+                            let j = c0 + c;
+                            if i == j {
+                                continue;
+                            }
+                            let ip = tile[r * width + c];
+                            let dist = match metric {
+                                Metric::Cosine => (1.0 - ip).max(0.0),
+                                Metric::L2 => (norms[i] + norms[j] - 2.0 * ip).max(0.0).sqrt(),
+                            };
+                            let l = labels[j] as usize;
+                            if l < k {
+                                chunk[r * k + l] += dist;
+                            }
+                        }
+                    }
+                    p += pn;
+                }
+            });
+        out
+    }
+
+    fn adc_top_k(
+        &self,
+        tables: &[f32],
+        m: usize,
+        probes: &[Vec<ListRef<'_>>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Vec<Vec<Cand>> {
+        let tsize = m * 256;
+        probes
+            .par_iter()
+            .enumerate()
+            .map(|(qi, lists)| {
+                let lut = &tables[qi * tsize..(qi + 1) * tsize];
+                let mut heap = TopK::new(k);
+                for list in lists {
+                    adc_scan_list(lut, m, list, ids, alive, &mut heap);
+                }
+                heap.into_sorted()
+            })
+            .collect()
+    }
+
+    fn rerank(
+        &self,
+        queries: &[f32],
+        store: &RowMajor,
+        ids: &[u64],
+        candidates: &[Vec<u32>],
+        k: usize,
+    ) -> Vec<Vec<Cand>> {
+        let d = store.dim();
+        candidates
+            .par_iter()
+            .enumerate()
+            .map(|(qi, rows)| {
+                let q = &queries[qi * d..(qi + 1) * d];
+                let mut heap = TopK::new(k);
+                for &r in rows {
+                    let r = r as usize;
+                    heap.push(Cand {
+                        score: store.dot_row(r, q),
+                        id: ids[r],
+                        row: r as u32,
+                    });
+                }
+                heap.into_sorted()
+            })
+            .collect()
+    }
+
+    fn salience(
+        &self,
+        added: &[u64],
+        last_retrieved: &[u64],
+        now: u64,
+        params: &SalienceParams,
+    ) -> Vec<f32> {
+        added
+            .par_iter()
+            .zip(last_retrieved.par_iter())
+            .map(|(&a, &l)| params.score(now, a, l))
+            .collect()
+    }
+
+    fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
+        // The lowest `count` = the top `count` of the negated scores.
+        let mut heap = TopK::new(count);
+        for (row, (&s, &id)) in scores.iter().zip(ids).enumerate() {
+            if alive.get(row) {
+                heap.push(Cand {
+                    score: -s,
+                    id,
+                    row: row as u32,
+                });
+            }
+        }
+        heap.into_sorted().into_iter().map(|c| c.row).collect()
+    }
+}
+
+/// Scans one inverted list with a lookup table, pushing live candidates.
+#[inline]
+pub(crate) fn adc_scan_list(
+    lut: &[f32],
+    m: usize,
+    list: &ListRef<'_>,
+    ids: &[u64],
+    alive: &Bitset,
+    heap: &mut TopK,
+) {
+    let mut thr = heap.threshold();
+    for (code, &row) in list.codes.chunks_exact(m).zip(list.rows) {
+        // Four independent partial sums break the add dependency chain.
+        let mut acc = [0f32; 4];
+        let mut j = 0;
+        while j + 4 <= m {
+            acc[0] += lut[j * 256 + code[j] as usize];
+            acc[1] += lut[(j + 1) * 256 + code[j + 1] as usize];
+            acc[2] += lut[(j + 2) * 256 + code[j + 2] as usize];
+            acc[3] += lut[(j + 3) * 256 + code[j + 3] as usize];
+            j += 4;
+        }
+        while j < m {
+            acc[0] += lut[j * 256 + code[j] as usize];
+            j += 1;
+        }
+        let s = list.bias + (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        if s >= thr && alive.get(row as usize) {
+            heap.push(Cand {
+                score: s,
+                id: ids[row as usize],
+                row,
+            });
+            thr = heap.threshold();
+        }
+    }
+}

@@ -1,0 +1,596 @@
+//! IVF-PQ: a coarse quantizer of `nlist` spherical centroids, residuals
+//! product-quantized to `m` bytes, optional OPQ rotation in front, optional
+//! exact re-ranking from stored f16/f32 vectors.
+//!
+//! Cosine = inner product on unit vectors, so with residual encoding the
+//! score of `x = c + r` is `<q, c> + <q, r̂>`: one lookup table per query
+//! (`m × 256` inner products) serves every probed list, and `<q, c>` comes
+//! for free from the coarse search. No per-list tables are needed (those are
+//! for L2).
+
+use crate::compute::{BaseRef, Compute, ListRef, Metric, default_compute};
+use crate::error::{Error, Result};
+use crate::index::{Index, check_search};
+use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
+use crate::kmeans::{Init, KMeans, KMeansConfig};
+use crate::opq::{OpqConfig, OpqRotation};
+use crate::pq::{KSUB, PqTrainConfig, ProductQuantizer};
+use crate::rows::RowTable;
+use crate::salience::SalienceParams;
+use crate::simd::{Floats, Panels, RowMajor};
+use crate::topk::Hit;
+use crate::vector::{Bitset, Precision, batch_len, check_add, normalized};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Build settings of an [`IvfPqIndex`].
+#[derive(Debug, Clone)]
+pub struct IvfPqConfig {
+    /// Inverted lists (coarse centroids).
+    pub nlist: usize,
+    /// PQ sub-quantizers = code bytes per vector; must divide the dimension.
+    pub m: usize,
+    /// Learn an OPQ rotation before IVF and PQ.
+    pub opq: bool,
+    /// Keep full vectors in this precision for exact re-ranking (`None`:
+    /// keep none; re-ranking is then unavailable).
+    pub rerank_store: Option<Precision>,
+    /// Default lists probed per query.
+    pub nprobe: usize,
+    /// Default re-rank factor: the best `k × rerank` PQ candidates are
+    /// re-scored exactly (0 = no re-ranking).
+    pub rerank: usize,
+    /// Lloyd iterations of the coarse quantizer.
+    pub kmeans_iterations: usize,
+    /// Lloyd iterations of each PQ sub-quantizer.
+    pub pq_iterations: usize,
+    /// OPQ training settings.
+    pub opq_config: OpqConfig,
+    /// Seed of all training randomness.
+    pub seed: u64,
+}
+
+impl IvfPqConfig {
+    /// Defaults for `nlist` lists and `m` sub-quantizers: no OPQ, f16
+    /// re-rank store, nprobe 16, re-rank factor 4.
+    pub fn new(nlist: usize, m: usize) -> Self {
+        IvfPqConfig {
+            nlist,
+            m,
+            opq: false,
+            rerank_store: Some(Precision::F16),
+            nprobe: 16,
+            rerank: 4,
+            kmeans_iterations: 25,
+            pq_iterations: 25,
+            opq_config: OpqConfig::default(),
+            seed: 42,
+        }
+    }
+    /// Enables OPQ.
+    pub fn opq(mut self, on: bool) -> Self {
+        self.opq = on;
+        self
+    }
+}
+
+/// Per-search settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IvfSearchParams {
+    /// Lists probed.
+    pub nprobe: usize,
+    /// Re-rank factor (0 = off).
+    pub rerank: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Trained {
+    opq: Option<OpqRotation>,
+    /// `nlist` unit centroids (in the rotated space when OPQ is on).
+    coarse: Panels,
+    pq: ProductQuantizer,
+}
+
+#[derive(Debug, Clone, Default)]
+struct InvList {
+    rows: Vec<u32>,
+    codes: Vec<u8>,
+}
+
+/// Approximate cosine search with IVF + (O)PQ + optional exact re-ranking.
+#[derive(Debug, Clone)]
+pub struct IvfPqIndex {
+    dim: usize,
+    cfg: IvfPqConfig,
+    trained: Option<Trained>,
+    lists: Vec<InvList>,
+    raw: Option<RowMajor>,
+    rows: RowTable,
+    compute: Arc<dyn Compute>,
+}
+
+impl IvfPqIndex {
+    /// An untrained index. Fails when `m` does not divide `dim` or a
+    /// setting is zero.
+    pub fn new(dim: usize, cfg: IvfPqConfig) -> Result<Self> {
+        if dim == 0 {
+            return Err(Error::param("dim", "must be at least 1"));
+        }
+        if cfg.nlist == 0 {
+            return Err(Error::param("nlist", "must be at least 1"));
+        }
+        if cfg.m == 0 || dim % cfg.m != 0 {
+            return Err(Error::param(
+                "m",
+                format!("{} does not divide the dimension {dim}", cfg.m),
+            ));
+        }
+        if cfg.nprobe == 0 {
+            return Err(Error::param("nprobe", "must be at least 1"));
+        }
+        Ok(IvfPqIndex {
+            dim,
+            raw: cfg.rerank_store.map(|p| RowMajor::new(dim, p)),
+            lists: vec![InvList::default(); cfg.nlist],
+            cfg,
+            trained: None,
+            rows: RowTable::default(),
+            compute: default_compute(),
+        })
+    }
+
+    /// Replaces the compute backend.
+    pub fn set_compute(&mut self, compute: Arc<dyn Compute>) {
+        self.compute = compute;
+    }
+
+    /// The build settings.
+    pub fn config(&self) -> &IvfPqConfig {
+        &self.cfg
+    }
+
+    /// True once trained.
+    pub fn is_trained(&self) -> bool {
+        self.trained.is_some()
+    }
+
+    /// Sets the default number of lists probed.
+    pub fn set_nprobe(&mut self, nprobe: usize) {
+        self.cfg.nprobe = nprobe.max(1);
+    }
+
+    /// Sets the default re-rank factor (0 = off).
+    pub fn set_rerank(&mut self, rerank: usize) {
+        self.cfg.rerank = rerank;
+    }
+
+    /// Trains the rotation, coarse quantizer and PQ on row-major `data`.
+    pub fn train(&mut self, data: &[f32]) -> Result<()> {
+        self.train_with(data, &mut |_| {})
+    }
+
+    /// [`train`](Self::train), reporting each stage's name to `stage`.
+    pub fn train_with(&mut self, data: &[f32], stage: &mut dyn FnMut(&str)) -> Result<()> {
+        let n = batch_len(data, self.dim)?;
+        let needed = self.cfg.nlist.max(KSUB);
+        if n < needed {
+            return Err(Error::InsufficientTrainingData { needed, got: n });
+        }
+        let x = normalized(data, self.dim)?;
+        let c = self.compute.as_ref();
+        let opq = if self.cfg.opq {
+            stage("opq");
+            Some(OpqRotation::train(
+                &x,
+                self.dim,
+                self.cfg.m,
+                &self.cfg.opq_config,
+                c,
+            )?)
+        } else {
+            None
+        };
+        let x = match &opq {
+            Some(r) => r.apply(&x, c),
+            None => x,
+        };
+        stage("coarse k-means");
+        let km_cfg = KMeansConfig::new(self.cfg.nlist)
+            .spherical(true)
+            .seed(self.cfg.seed)
+            .max_iter(self.cfg.kmeans_iterations)
+            .init(if self.cfg.nlist > 256 {
+                Init::Random
+            } else {
+                Init::PlusPlus
+            });
+        let km = KMeans::train(&x, self.dim, &km_cfg, c)?;
+        let coarse = Panels::from_rows(&km.centroids, self.dim, Precision::F32);
+        stage("pq");
+        let (assign, _) = c.assign(&x, &coarse, Metric::Cosine);
+        let resid = residuals(&x, self.dim, &km.centroids, &assign);
+        let pq_cfg = PqTrainConfig {
+            iterations: self.cfg.pq_iterations,
+            seed: self.cfg.seed.wrapping_add(1),
+            ..PqTrainConfig::default()
+        };
+        let pq = ProductQuantizer::train(&resid, self.dim, self.cfg.m, &pq_cfg, c)?;
+        self.trained = Some(Trained { opq, coarse, pq });
+        Ok(())
+    }
+
+    fn trained(&self) -> Result<&Trained> {
+        self.trained.as_ref().ok_or(Error::NotTrained)
+    }
+
+    /// Searches with explicit settings.
+    pub fn search_with(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: IvfSearchParams,
+    ) -> Result<Vec<Vec<Hit>>> {
+        let t = self.trained()?;
+        let q = check_search(self.len(), queries, self.dim, k)?;
+        if params.nprobe == 0 {
+            return Err(Error::param("nprobe", "must be at least 1"));
+        }
+        if params.rerank > 0 && self.raw.is_none() {
+            return Err(Error::param(
+                "rerank",
+                "this index keeps no vectors to re-rank from (rerank_store = None)",
+            ));
+        }
+        let c = self.compute.as_ref();
+        let qr = match &t.opq {
+            Some(r) => r.apply(&q, c),
+            None => q.clone(),
+        };
+        let nprobe = params.nprobe.min(self.cfg.nlist);
+        let coarse = c.top_k(&qr, BaseRef::plain(&t.coarse), nprobe);
+        let probes: Vec<Vec<ListRef<'_>>> = coarse
+            .iter()
+            .map(|lists| {
+                lists
+                    .iter()
+                    .map(|cand| {
+                        let l = &self.lists[cand.row as usize];
+                        ListRef {
+                            codes: &l.codes,
+                            rows: &l.rows,
+                            bias: cand.score,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let tables = t.pq.tables(&qr, c);
+        let shortlist = if params.rerank > 0 {
+            k.saturating_mul(params.rerank)
+        } else {
+            k
+        };
+        let cands = c.adc_top_k(
+            &tables,
+            t.pq.m(),
+            &probes,
+            &self.rows.ids,
+            &self.rows.alive,
+            shortlist,
+        );
+        let out = match (&self.raw, params.rerank) {
+            (Some(raw), r) if r > 0 => {
+                let rows: Vec<Vec<u32>> = cands
+                    .iter()
+                    .map(|v| v.iter().map(|c| c.row).collect())
+                    .collect();
+                c.rerank(&q, raw, &self.rows.ids, &rows, k)
+            }
+            _ => cands,
+        };
+        Ok(out
+            .into_iter()
+            .map(|v| v.iter().take(k).map(|c| c.hit()).collect())
+            .collect())
+    }
+
+    /// Serialises to a file image.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u32(self.dim as u32);
+        w.u32(self.cfg.nlist as u32);
+        w.u32(self.cfg.m as u32);
+        w.u32(self.cfg.nprobe as u32);
+        w.u32(self.cfg.rerank as u32);
+        w.u8(self.cfg.opq as u8);
+        w.u8(self.cfg.rerank_store.map_or(255, |p| p.code()));
+        w.u64(self.cfg.seed);
+        match &self.trained {
+            None => w.u8(0),
+            Some(t) => {
+                w.u8(1);
+                match &t.opq {
+                    Some(r) => {
+                        w.u8(1);
+                        w.f32s(r.matrix());
+                    }
+                    None => w.u8(0),
+                }
+                w.f32s(&t.coarse.to_rows());
+                w.f32s(t.pq.codebooks());
+            }
+        }
+        for l in &self.lists {
+            w.u32s(&l.rows);
+            w.bytes(&l.codes);
+        }
+        match self.raw.as_ref().map(|r| r.data()) {
+            Some(Floats::F32(v)) => w.f32s(v),
+            Some(Floats::F16(v)) => w.f16s(v),
+            None => {}
+        }
+        self.rows.write(&mut w);
+        w.finish(IndexKind::IvfPq)
+    }
+
+    /// Parses a file image.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let (kind, mut r) = open(bytes)?;
+        if kind != IndexKind::IvfPq {
+            return Err(Error::WrongKind {
+                found: kind.name().into(),
+                expected: "ivfpq".into(),
+            });
+        }
+        let idx = Self::read(&mut r)?;
+        r.finish()?;
+        Ok(idx)
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self> {
+        let dim = r.u32()? as usize;
+        let nlist = r.u32()? as usize;
+        let m = r.u32()? as usize;
+        let nprobe = r.u32()? as usize;
+        let rerank = r.u32()? as usize;
+        let opq = r.u8()? != 0;
+        let store = match r.u8()? {
+            255 => None,
+            c => Some(Precision::from_code(c)?),
+        };
+        let seed = r.u64()?;
+        let cfg = IvfPqConfig {
+            nlist,
+            m,
+            opq,
+            rerank_store: store,
+            nprobe,
+            rerank,
+            seed,
+            ..IvfPqConfig::new(nlist, m)
+        };
+        let mut idx = IvfPqIndex::new(dim, cfg)
+            .map_err(|e| Error::Corrupt(format!("invalid settings: {e}")))?;
+        if nlist > (u32::MAX as usize) / 2 {
+            return Err(Error::Corrupt(format!("nlist {nlist} is implausible")));
+        }
+        let bad = |what: &str| Error::Corrupt(format!("{what} has the wrong length"));
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let rot = match r.u8()? {
+                    0 => None,
+                    1 => {
+                        let mtx = r.f32s()?;
+                        if mtx.len() != dim * dim {
+                            return Err(bad("OPQ matrix"));
+                        }
+                        Some(OpqRotation::from_matrix(dim, mtx))
+                    }
+                    x => return Err(Error::Corrupt(format!("OPQ flag {x}"))),
+                };
+                if rot.is_some() != opq {
+                    return Err(Error::Corrupt(
+                        "OPQ flag disagrees with the stored rotation".into(),
+                    ));
+                }
+                let coarse = r.f32s()?;
+                if coarse.len() != nlist * dim {
+                    return Err(bad("coarse centroids"));
+                }
+                let books = r.f32s()?;
+                if books.len() != m * KSUB * (dim / m) {
+                    return Err(bad("PQ codebooks"));
+                }
+                if coarse.iter().chain(&books).any(|x| !x.is_finite()) {
+                    return Err(Error::Corrupt("non-finite centroid".into()));
+                }
+                idx.trained = Some(Trained {
+                    opq: rot,
+                    coarse: Panels::from_rows(&coarse, dim, Precision::F32),
+                    pq: ProductQuantizer::from_codebooks(dim, m, books),
+                });
+            }
+            x => return Err(Error::Corrupt(format!("trained flag {x}"))),
+        }
+        let mut lists = Vec::with_capacity(nlist);
+        for _ in 0..nlist {
+            let rows = r.u32s()?;
+            let codes = r.bytes()?;
+            if codes.len() != rows.len() * m {
+                return Err(bad("inverted list codes"));
+            }
+            lists.push(InvList { rows, codes });
+        }
+        let raw = match store {
+            None => None,
+            Some(Precision::F32) => Some(
+                RowMajor::from_raw(dim, Floats::F32(r.f32s()?))
+                    .ok_or_else(|| bad("re-rank store"))?,
+            ),
+            Some(Precision::F16) => Some(
+                RowMajor::from_raw(dim, Floats::F16(r.f16s()?))
+                    .ok_or_else(|| bad("re-rank store"))?,
+            ),
+        };
+        let rows = RowTable::read(r)?;
+        let total = rows.total();
+        if let Some(raw) = &raw
+            && raw.len() != total
+        {
+            return Err(bad("re-rank store"));
+        }
+        // Every row must sit in exactly one list.
+        let mut seen = Bitset::new();
+        (0..total).for_each(|_| seen.push(false));
+        for l in &lists {
+            for &row in &l.rows {
+                let row = row as usize;
+                if row >= total || seen.get(row) {
+                    return Err(Error::Corrupt(format!(
+                        "inverted lists reference row {row} out of range or twice"
+                    )));
+                }
+                seen.set(row, true);
+            }
+        }
+        if seen.count_ones() != total {
+            return Err(Error::Corrupt("some rows are in no inverted list".into()));
+        }
+        if total > 0 && idx.trained.is_none() {
+            return Err(Error::Corrupt("untrained index holds vectors".into()));
+        }
+        idx.lists = lists;
+        idx.raw = raw;
+        idx.rows = rows;
+        Ok(idx)
+    }
+
+    /// Loads an index saved with [`Index::save`].
+    pub fn load(path: &Path) -> Result<Self> {
+        Self::from_bytes(&read_file(path)?)
+    }
+
+    /// Vectors per list (for diagnostics).
+    pub fn list_sizes(&self) -> Vec<usize> {
+        self.lists.iter().map(|l| l.rows.len()).collect()
+    }
+}
+
+fn residuals(x: &[f32], dim: usize, centroids: &[f32], assign: &[u32]) -> Vec<f32> {
+    let mut out = x.to_vec();
+    for (row, &a) in out.chunks_exact_mut(dim).zip(assign) {
+        let c = &centroids[a as usize * dim..(a as usize + 1) * dim];
+        row.iter_mut().zip(c).for_each(|(v, c)| *v -= c);
+    }
+    out
+}
+
+impl Index for IvfPqIndex {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn len(&self) -> usize {
+        self.rows.live()
+    }
+    fn add(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
+        let t = self.trained()?;
+        let x = check_add(ids, vectors, self.dim)?;
+        self.rows.reserve(ids.len())?;
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let c = self.compute.as_ref();
+        let xr = match &t.opq {
+            Some(r) => r.apply(&x, c),
+            None => x.clone(),
+        };
+        let (assign, _) = c.assign(&xr, &t.coarse, Metric::Cosine);
+        let centroids = t.coarse.to_rows();
+        let resid = residuals(&xr, self.dim, &centroids, &assign);
+        let codes = t.pq.encode(&resid, c)?;
+        let m = self.cfg.m;
+        for (i, &id) in ids.iter().enumerate() {
+            let row = self.rows.push(id);
+            let l = &mut self.lists[assign[i] as usize];
+            l.rows.push(row);
+            l.codes.extend_from_slice(&codes[i * m..(i + 1) * m]);
+        }
+        if let Some(raw) = &mut self.raw {
+            raw.extend(&x);
+        }
+        Ok(())
+    }
+    fn remove(&mut self, ids: &[u64]) -> usize {
+        ids.iter().filter(|&&id| self.rows.remove(id)).count()
+    }
+    fn contains(&self, id: u64) -> bool {
+        self.rows.row_of(id).is_some()
+    }
+    fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<Hit>>> {
+        let params = IvfSearchParams {
+            nprobe: self.cfg.nprobe,
+            rerank: if self.raw.is_some() {
+                self.cfg.rerank
+            } else {
+                0
+            },
+        };
+        self.search_with(queries, k, params)
+    }
+    fn compact(&mut self) {
+        if self.rows.live() == self.rows.total() {
+            return;
+        }
+        let alive = self.rows.alive.clone();
+        if let Some(raw) = &mut self.raw {
+            raw.retain_rows(|r| alive.get(r));
+        }
+        let map = self.rows.compact();
+        let m = self.cfg.m;
+        for l in &mut self.lists {
+            let mut rows = Vec::with_capacity(l.rows.len());
+            let mut codes = Vec::with_capacity(l.codes.len());
+            for (i, &r) in l.rows.iter().enumerate() {
+                let nr = map[r as usize];
+                if nr != u32::MAX {
+                    rows.push(nr);
+                    codes.extend_from_slice(&l.codes[i * m..(i + 1) * m]);
+                }
+            }
+            *l = InvList { rows, codes };
+        }
+    }
+    fn save(&self, path: &Path) -> Result<()> {
+        write_atomic(path, &self.to_bytes())
+    }
+    fn memory_bytes(&self) -> usize {
+        let lists: usize = self
+            .lists
+            .iter()
+            .map(|l| l.rows.len() * 4 + l.codes.len())
+            .sum();
+        let model = self.trained.as_ref().map_or(0, |t| {
+            t.coarse.bytes()
+                + t.pq.codebooks().len() * 4
+                + t.opq.as_ref().map_or(0, |r| r.matrix().len() * 4)
+        });
+        lists + model + self.raw.as_ref().map_or(0, |r| r.bytes()) + self.rows.bytes()
+    }
+    fn turn(&self) -> u64 {
+        self.rows.turn
+    }
+    fn set_turn(&mut self, turn: u64) {
+        self.rows.turn = turn;
+    }
+    fn record_retrieval(&self, ids: &[u64], turn: u64) {
+        self.rows.record(ids, turn);
+    }
+    fn prune_lowest(&mut self, fraction: f64, params: &SalienceParams) -> Result<Vec<u64>> {
+        self.rows
+            .prune_lowest(fraction, params, self.compute.as_ref())
+    }
+    fn kind(&self) -> IndexKind {
+        IndexKind::IvfPq
+    }
+}

@@ -1,0 +1,49 @@
+//! # dentate-core
+//!
+//! The core engine of Dentate: cosine vector search for agent memory.
+//!
+//! - [`FlatIndex`]: exact search, f32 or f16 storage, blocked SIMD kernel.
+//! - [`IvfPqIndex`]: IVF + optional OPQ + 8-bit PQ with exact re-ranking.
+//! - [`KMeans`], [`silhouette`], [`choose_k`]: clustering.
+//! - [`ProductQuantizer`], [`OpqRotation`]: quantizers.
+//! - Deletes by tombstone, [`Index::compact`], salience-decay pruning
+//!   ([`SalienceParams`], [`Index::prune_lowest`]).
+//! - Crash-safe, checksummed files ([`io`]).
+//!
+//! Every hot kernel runs through the [`Compute`] trait; [`CpuCompute`] is the
+//! CPU implementation (rayon + SIMD chosen at run time).
+//!
+//! Cosine similarity is computed as an inner product of L2-normalised
+//! vectors: indexes normalise on insert and on query.
+#![warn(missing_docs)]
+
+pub mod compute;
+pub mod data;
+pub mod error;
+pub mod flat;
+pub mod index;
+pub mod io;
+pub mod ivfpq;
+pub mod kmeans;
+pub mod opq;
+pub mod pq;
+pub mod rng;
+mod rows;
+pub mod salience;
+pub mod simd;
+pub mod topk;
+pub mod vector;
+
+pub use compute::{BaseRef, Compute, CpuCompute, ListRef, Metric, default_compute};
+pub use error::{Error, Result};
+pub use flat::FlatIndex;
+pub use index::{AnyIndex, Index};
+pub use io::IndexKind;
+pub use ivfpq::{IvfPqConfig, IvfPqIndex, IvfSearchParams};
+pub use kmeans::{ChooseK, Init, KMeans, KMeansConfig, choose_k, silhouette};
+pub use opq::{OpqConfig, OpqRotation};
+pub use pq::{PqTrainConfig, ProductQuantizer};
+pub use salience::{BonusForm, SalienceParams};
+pub use simd::Isa;
+pub use topk::{Cand, Hit, TopK};
+pub use vector::{Bitset, Precision};

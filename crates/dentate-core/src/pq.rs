@@ -1,0 +1,201 @@
+//! Product quantization: `m` sub-quantizers of 256 centroids (8-bit codes).
+
+use crate::compute::{Compute, Metric};
+use crate::error::{Error, Result};
+use crate::kmeans::{KMeans, KMeansConfig, gather};
+use crate::rng::Rng;
+use crate::simd::Panels;
+use crate::vector::{Precision, batch_len};
+
+/// Centroids per sub-quantizer (8-bit codes).
+pub const KSUB: usize = 256;
+/// Most training vectors used (FAISS's default for 8-bit codes).
+pub const MAX_TRAIN: usize = 65_536;
+
+/// A trained product quantizer.
+#[derive(Debug, Clone)]
+pub struct ProductQuantizer {
+    dim: usize,
+    m: usize,
+    /// `m × 256 × dsub` codebooks.
+    codebooks: Vec<f32>,
+    /// One panel matrix per sub-quantizer (256 rows of `dsub`), for tables.
+    panels: Vec<Panels>,
+}
+
+/// Training settings for [`ProductQuantizer::train`].
+#[derive(Debug, Clone, Copy)]
+pub struct PqTrainConfig {
+    /// Lloyd iterations per sub-quantizer.
+    pub iterations: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Training sample cap.
+    pub max_train: usize,
+}
+
+impl Default for PqTrainConfig {
+    fn default() -> Self {
+        PqTrainConfig {
+            iterations: 25,
+            seed: 4321,
+            max_train: MAX_TRAIN,
+        }
+    }
+}
+
+impl ProductQuantizer {
+    /// Trains on row-major `data`. `dim` must be divisible by `m`, and there
+    /// must be at least 256 training vectors.
+    pub fn train(
+        data: &[f32],
+        dim: usize,
+        m: usize,
+        cfg: &PqTrainConfig,
+        compute: &dyn Compute,
+    ) -> Result<Self> {
+        let n = batch_len(data, dim)?;
+        if m == 0 || dim % m != 0 {
+            return Err(Error::param(
+                "m",
+                format!("{m} does not divide the dimension {dim}"),
+            ));
+        }
+        if n < KSUB {
+            return Err(Error::InsufficientTrainingData {
+                needed: KSUB,
+                got: n,
+            });
+        }
+        let sample;
+        let data = if n > cfg.max_train {
+            sample = gather(
+                data,
+                dim,
+                &Rng::new(cfg.seed).sample_indices(n, cfg.max_train),
+            );
+            &sample[..]
+        } else {
+            data
+        };
+        let dsub = dim / m;
+        let mut codebooks = Vec::with_capacity(m * KSUB * dsub);
+        for j in 0..m {
+            let sub = sub_vectors(data, dim, dsub, j);
+            let km_cfg = KMeansConfig::new(KSUB)
+                .seed(cfg.seed.wrapping_add(j as u64))
+                .max_iter(cfg.iterations);
+            let km = KMeans::train(
+                &sub,
+                dsub,
+                &KMeansConfig {
+                    max_points_per_centroid: 0,
+                    min_points_per_centroid: 1,
+                    ..km_cfg
+                },
+                compute,
+            )?;
+            codebooks.extend_from_slice(&km.centroids);
+        }
+        Ok(Self::from_codebooks(dim, m, codebooks))
+    }
+
+    /// Builds from raw codebooks (`m × 256 × dim/m`).
+    pub(crate) fn from_codebooks(dim: usize, m: usize, codebooks: Vec<f32>) -> Self {
+        let dsub = dim / m;
+        let panels = (0..m)
+            .map(|j| {
+                Panels::from_rows(
+                    &codebooks[j * KSUB * dsub..(j + 1) * KSUB * dsub],
+                    dsub,
+                    Precision::F32,
+                )
+            })
+            .collect();
+        ProductQuantizer {
+            dim,
+            m,
+            codebooks,
+            panels,
+        }
+    }
+
+    /// Dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    /// Number of sub-quantizers (bytes per code).
+    pub fn m(&self) -> usize {
+        self.m
+    }
+    /// Sub-vector dimension.
+    pub fn dsub(&self) -> usize {
+        self.dim / self.m
+    }
+    /// The codebooks, `m × 256 × dsub`.
+    pub fn codebooks(&self) -> &[f32] {
+        &self.codebooks
+    }
+
+    /// Encodes row-major vectors to `n × m` codes.
+    pub fn encode(&self, data: &[f32], compute: &dyn Compute) -> Result<Vec<u8>> {
+        let n = batch_len(data, self.dim)?;
+        let dsub = self.dsub();
+        let mut codes = vec![0u8; n * self.m];
+        for j in 0..self.m {
+            let sub = sub_vectors(data, self.dim, dsub, j);
+            let (assign, _) = compute.assign(&sub, &self.panels[j], Metric::L2);
+            for (i, a) in assign.into_iter().enumerate() {
+                codes[i * self.m + j] = a as u8;
+            }
+        }
+        Ok(codes)
+    }
+
+    /// Reconstructs vectors from `n × m` codes.
+    pub fn decode(&self, codes: &[u8]) -> Vec<f32> {
+        let dsub = self.dsub();
+        let mut out = Vec::with_capacity(codes.len() / self.m.max(1) * self.dim);
+        for code in codes.chunks_exact(self.m) {
+            for (j, &c) in code.iter().enumerate() {
+                let off = (j * KSUB + c as usize) * dsub;
+                out.extend_from_slice(&self.codebooks[off..off + dsub]);
+            }
+        }
+        out
+    }
+
+    /// Lookup tables for a batch of queries: `nq × m × 256` inner products
+    /// of each query sub-vector with each codeword.
+    pub fn tables(&self, queries: &[f32], compute: &dyn Compute) -> Vec<f32> {
+        let nq = queries.len() / self.dim;
+        let dsub = self.dsub();
+        let mut out = vec![0f32; nq * self.m * KSUB];
+        for j in 0..self.m {
+            let sub = sub_vectors(queries, self.dim, dsub, j);
+            let t = compute.matmul_nt(&sub, &self.panels[j]);
+            for q in 0..nq {
+                out[(q * self.m + j) * KSUB..(q * self.m + j + 1) * KSUB]
+                    .copy_from_slice(&t[q * KSUB..(q + 1) * KSUB]);
+            }
+        }
+        out
+    }
+
+    /// Approximate inner product of a query (through its table) with a code.
+    pub fn adc(&self, table: &[f32], code: &[u8]) -> f32 {
+        code.iter()
+            .enumerate()
+            .map(|(j, &c)| table[j * KSUB + c as usize])
+            .sum()
+    }
+}
+
+/// Sub-vector `j` (columns `j*dsub .. (j+1)*dsub`) of every row, contiguous.
+fn sub_vectors(data: &[f32], dim: usize, dsub: usize, j: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(data.len() / dim * dsub);
+    for r in data.chunks_exact(dim) {
+        out.extend_from_slice(&r[j * dsub..(j + 1) * dsub]);
+    }
+    out
+}

@@ -1,0 +1,179 @@
+//! Bounded top-k selection with deterministic tie-breaking.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// One search result: a caller id and its cosine similarity (or estimate).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    /// The id given when the vector was added.
+    pub id: u64,
+    /// Similarity; higher is closer.
+    pub score: f32,
+}
+
+/// A scored candidate with its internal row (used between scan and re-rank).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cand {
+    /// Score (higher is better).
+    pub score: f32,
+    /// Caller id; breaks ties (smaller wins).
+    pub id: u64,
+    /// Internal row of the vector.
+    pub row: u32,
+}
+
+impl Cand {
+    /// True when `self` ranks strictly before `other`: higher score, or the
+    /// same score and a smaller id.
+    #[inline]
+    pub fn better_than(&self, other: &Cand) -> bool {
+        match self.score.total_cmp(&other.score) {
+            Ordering::Greater => true,
+            Ordering::Less => false,
+            Ordering::Equal => self.id < other.id,
+        }
+    }
+
+    /// The public part.
+    pub fn hit(&self) -> Hit {
+        Hit {
+            id: self.id,
+            score: self.score,
+        }
+    }
+}
+
+/// Heap order: the *worst* candidate is the maximum, so it sits on top.
+#[derive(Debug, Clone, Copy)]
+struct Worst(Cand);
+
+impl PartialEq for Worst {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Worst {}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Worst {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // Lower score = "greater" (worse); on equal scores, larger id is worse.
+        o.0.score
+            .total_cmp(&self.0.score)
+            .then(self.0.id.cmp(&o.0.id))
+    }
+}
+
+/// Keeps the best `k` candidates seen so far.
+#[derive(Debug, Clone)]
+pub struct TopK {
+    k: usize,
+    heap: BinaryHeap<Worst>,
+}
+
+impl TopK {
+    /// An empty selector for `k` results.
+    pub fn new(k: usize) -> Self {
+        TopK {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+        }
+    }
+
+    /// Scores below this cannot enter (scores equal to it may, on a smaller id).
+    #[inline]
+    pub fn threshold(&self) -> f32 {
+        if self.heap.len() < self.k {
+            f32::NEG_INFINITY
+        } else {
+            self.heap.peek().map_or(f32::NEG_INFINITY, |w| w.0.score)
+        }
+    }
+
+    /// Offers a candidate.
+    #[inline]
+    pub fn push(&mut self, c: Cand) {
+        if self.k == 0 {
+            return;
+        }
+        if self.heap.len() < self.k {
+            self.heap.push(Worst(c));
+        } else if let Some(mut top) = self.heap.peek_mut()
+            && c.better_than(&top.0)
+        {
+            *top = Worst(c);
+        }
+    }
+
+    /// Offers every candidate of another selector.
+    pub fn merge(&mut self, other: TopK) {
+        for w in other.heap {
+            self.push(w.0);
+        }
+    }
+
+    /// Number held.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// The candidates, best first.
+    pub fn into_sorted(self) -> Vec<Cand> {
+        let mut v: Vec<Cand> = self.heap.into_iter().map(|w| w.0).collect();
+        v.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_best_with_id_tiebreak() {
+        let mut t = TopK::new(3);
+        for (i, s) in [0.5, 0.9, 0.5, 0.1, 0.9, 0.5].iter().enumerate() {
+            t.push(Cand {
+                score: *s,
+                id: 10 - i as u64,
+                row: i as u32,
+            });
+        }
+        let v = t.into_sorted();
+        let got: Vec<(f32, u64)> = v.iter().map(|c| (c.score, c.id)).collect();
+        // 0.9 ids {9, 6}, then 0.5 ids {10, 8, 5} -> smallest id 5.
+        assert_eq!(got, vec![(0.9, 6), (0.9, 9), (0.5, 5)]);
+    }
+
+    #[test]
+    fn threshold_tracks_kth() {
+        let mut t = TopK::new(2);
+        assert_eq!(t.threshold(), f32::NEG_INFINITY);
+        t.push(Cand {
+            score: 1.0,
+            id: 1,
+            row: 0,
+        });
+        t.push(Cand {
+            score: 2.0,
+            id: 2,
+            row: 0,
+        });
+        assert_eq!(t.threshold(), 1.0);
+        t.push(Cand {
+            score: 3.0,
+            id: 3,
+            row: 0,
+        });
+        assert_eq!(t.threshold(), 2.0);
+    }
+}

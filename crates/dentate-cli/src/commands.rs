@@ -361,7 +361,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
         .clamp(16, 4096);
     let m = [32, 16, 8, 4, 2, 1]
         .into_iter()
-        .find(|m| dim % m == 0 && dim / m >= 4)
+        .find(|m| dim.is_multiple_of(*m) && dim / m >= 4)
         .unwrap_or(1);
     let spec = IndexSpec {
         kind: "ivfpq".into(),

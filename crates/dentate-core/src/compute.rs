@@ -250,16 +250,23 @@ impl CpuCompute {
                     }
                 }
                 let mut thr = heap.threshold();
-                for (c, &s) in scores.iter().enumerate() {
-                    if s >= thr {
-                        let row = row0 + c;
-                        if base.alive.is_none_or(|a| a.get(row)) {
-                            heap.push(Cand {
-                                score: s,
-                                id: base.id(row),
-                                row: row as u32,
-                            });
-                            thr = heap.threshold();
+                for (ci, chunk) in scores.chunks(PANEL).enumerate() {
+                    // Most chunks hold nothing above the k-th best: one
+                    // vectorised max rejects them without per-score branches.
+                    if !any_ge(chunk, thr) {
+                        continue;
+                    }
+                    for (c, &s) in chunk.iter().enumerate() {
+                        if s >= thr {
+                            let row = row0 + ci * PANEL + c;
+                            if base.alive.is_none_or(|a| a.get(row)) {
+                                heap.push(Cand {
+                                    score: s,
+                                    id: base.id(row),
+                                    row: row as u32,
+                                });
+                                thr = heap.threshold();
+                            }
                         }
                     }
                 }
@@ -286,6 +293,24 @@ impl Compute for CpuCompute {
         }
         if np == 0 || k == 0 {
             return vec![Vec::new(); nq];
+        }
+        if k == 1 && d <= 32 && base.ids.is_none() && base.alive.is_none() {
+            // Nearest-centroid at small dimension (k-means, PQ): fused kernel.
+            let chunk = 1024;
+            return queries
+                .par_chunks(chunk * d)
+                .map(|q| crate::simd::argmax_rows(self.isa, q, base.panels, base.bias))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .flat_map(|(r, s)| r.into_iter().zip(s))
+                .map(|(row, score)| {
+                    vec![Cand {
+                        score,
+                        id: row as u64,
+                        row,
+                    }]
+                })
+                .collect();
         }
         let qblocks = nq.div_ceil(QB);
         let threads = rayon::current_num_threads().max(1);
@@ -547,6 +572,17 @@ impl Compute for CpuCompute {
         }
         heap.into_sorted().into_iter().map(|c| c.row).collect()
     }
+}
+
+/// True when some score reaches `thr`. Branch-free, so it vectorises (a
+/// `max` fold would be a serial dependency chain).
+#[inline]
+fn any_ge(chunk: &[f32], thr: f32) -> bool {
+    let mut hit = false;
+    for &x in chunk {
+        hit |= x >= thr;
+    }
+    hit
 }
 
 /// Scans one inverted list with a lookup table, pushing live candidates.

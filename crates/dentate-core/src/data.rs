@@ -37,7 +37,7 @@ fn read_vecs(path: &Path, bytes: &[u8]) -> Result<(Vec<[u8; 4]>, usize, usize)> 
     }
     let d = d as usize;
     let rec = 4 + 4 * d;
-    if bytes.len() % rec != 0 {
+    if !bytes.len().is_multiple_of(rec) {
         return Err(perr(
             path,
             format!(

@@ -16,12 +16,12 @@ use std::sync::Arc;
 /// Exact cosine search over f32 or f16 vectors.
 ///
 /// ```
-/// use dentate::{FlatIndex, Index};
+/// use dentate_core::{FlatIndex, Index};
 /// let mut index = FlatIndex::new(3);
 /// index.add(&[7, 8], &[1.0, 0.0, 0.0, 0.0, 1.0, 0.0])?;
 /// let hits = index.search(&[0.9, 0.1, 0.0], 1)?;
 /// assert_eq!(hits[0][0].id, 7);
-/// # Ok::<(), dentate::Error>(())
+/// # Ok::<(), dentate_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct FlatIndex {

@@ -59,6 +59,8 @@ pub trait Index: Send + Sync {
 }
 
 /// An index of either kind, as loaded from a file.
+// One value per loaded file: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum AnyIndex {
     /// Exact index.

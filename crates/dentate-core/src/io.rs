@@ -208,6 +208,10 @@ impl<'a> Reader<'a> {
             .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
             .collect())
     }
+    /// Bytes not yet read.
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
     /// Fails unless every byte was consumed.
     pub(crate) fn finish(&self) -> Result<()> {
         if self.pos != self.buf.len() {

@@ -23,6 +23,9 @@ use crate::vector::{Bitset, Precision, batch_len, check_add, normalized};
 use std::path::Path;
 use std::sync::Arc;
 
+/// Largest number of inverted lists an index accepts.
+pub const MAX_NLIST: usize = 1 << 22;
+
 /// Build settings of an [`IvfPqIndex`].
 #[derive(Debug, Clone)]
 pub struct IvfPqConfig {
@@ -116,10 +119,13 @@ impl IvfPqIndex {
         if dim == 0 {
             return Err(Error::param("dim", "must be at least 1"));
         }
-        if cfg.nlist == 0 {
-            return Err(Error::param("nlist", "must be at least 1"));
+        if cfg.nlist == 0 || cfg.nlist > MAX_NLIST {
+            return Err(Error::param(
+                "nlist",
+                format!("must be between 1 and {MAX_NLIST}"),
+            ));
         }
-        if cfg.m == 0 || dim % cfg.m != 0 {
+        if cfg.m == 0 || !dim.is_multiple_of(cfg.m) {
             return Err(Error::param(
                 "m",
                 format!("{} does not divide the dimension {dim}", cfg.m),
@@ -178,6 +184,9 @@ impl IvfPqIndex {
         }
         let x = normalized(data, self.dim)?;
         let c = self.compute.as_ref();
+        let t0 = std::time::Instant::now();
+        let lap =
+            |what: &str| log::info!("train: {what} done at {:.2} s", t0.elapsed().as_secs_f64());
         let opq = if self.cfg.opq {
             stage("opq");
             Some(OpqRotation::train(
@@ -194,6 +203,7 @@ impl IvfPqIndex {
             Some(r) => r.apply(&x, c),
             None => x,
         };
+        lap("opq");
         stage("coarse k-means");
         let km_cfg = KMeansConfig::new(self.cfg.nlist)
             .spherical(true)
@@ -206,6 +216,7 @@ impl IvfPqIndex {
             });
         let km = KMeans::train(&x, self.dim, &km_cfg, c)?;
         let coarse = Panels::from_rows(&km.centroids, self.dim, Precision::F32);
+        lap("coarse k-means");
         stage("pq");
         let (assign, _) = c.assign(&x, &coarse, Metric::Cosine);
         let resid = residuals(&x, self.dim, &km.centroids, &assign);
@@ -215,6 +226,7 @@ impl IvfPqIndex {
             ..PqTrainConfig::default()
         };
         let pq = ProductQuantizer::train(&resid, self.dim, self.cfg.m, &pq_cfg, c)?;
+        lap("pq");
         self.trained = Some(Trained { opq, coarse, pq });
         Ok(())
     }
@@ -359,6 +371,14 @@ impl IvfPqIndex {
             c => Some(Precision::from_code(c)?),
         };
         let seed = r.u64()?;
+        // Each list needs two 8-byte length prefixes: bound nlist by the
+        // bytes left before allocating anything for it.
+        if nlist > r.remaining() / 16 {
+            return Err(Error::Corrupt(format!(
+                "nlist {nlist} does not fit in the {} bytes left",
+                r.remaining()
+            )));
+        }
         let cfg = IvfPqConfig {
             nlist,
             m,
@@ -371,9 +391,6 @@ impl IvfPqIndex {
         };
         let mut idx = IvfPqIndex::new(dim, cfg)
             .map_err(|e| Error::Corrupt(format!("invalid settings: {e}")))?;
-        if nlist > (u32::MAX as usize) / 2 {
-            return Err(Error::Corrupt(format!("nlist {nlist} is implausible")));
-        }
         let bad = |what: &str| Error::Corrupt(format!("{what} has the wrong length"));
         match r.u8()? {
             0 => {}

@@ -62,7 +62,7 @@ impl OpqRotation {
         compute: &dyn Compute,
     ) -> Result<Self> {
         let n = batch_len(data, dim)?;
-        if m == 0 || dim % m != 0 {
+        if m == 0 || !dim.is_multiple_of(m) {
             return Err(Error::param(
                 "m",
                 format!("{m} does not divide the dimension {dim}"),

@@ -246,7 +246,7 @@ impl Panels {
     pub fn extend(&mut self, rows: &[f32]) {
         let d = self.dim;
         for r in rows.chunks_exact(d) {
-            if self.len % PANEL == 0 {
+            if self.len.is_multiple_of(PANEL) {
                 let add = PANEL * d;
                 match &mut self.data {
                     Floats::F32(v) => v.resize(v.len() + add, 0.0),
@@ -453,6 +453,7 @@ impl RowMajor {
 /// panels `p0 .. p0 + np` and writes them to `out` as `nq` rows of
 /// `np * PANEL` scores (padding lanes of a partial last panel score 0).
 /// `scratch` is reused between calls to avoid allocation.
+#[allow(clippy::too_many_arguments)]
 pub fn tile_scores(
     isa: Isa,
     queries: &[f32],
@@ -545,11 +546,129 @@ fn tiles_portable(
     }
 }
 
+// ---------------------------------------------------------------------------
+// Fused argmax (nearest centroid at small dimension)
+// ---------------------------------------------------------------------------
+
+/// For each query, the row of `panels` with the highest
+/// `<q, row> + bias[row]` and that score; ties go to the smaller row.
+///
+/// This fuses the product with the selection, which is what k-means and PQ
+/// assignment want at small dimension, where writing every score out costs
+/// more than computing it. Sixteen queries are transposed into one
+/// dimension-major block, so each centroid costs `dim` broadcast-FMAs and
+/// one compare-and-blend for all sixteen, and the running best never leaves
+/// registers.
+pub fn argmax_rows(
+    isa: Isa,
+    queries: &[f32],
+    panels: &Panels,
+    bias: Option<&[f32]>,
+) -> (Vec<u32>, Vec<f32>) {
+    let d = panels.dim;
+    let n = panels.len;
+    let nq = queries.len().checked_div(d).unwrap_or(0);
+    let centroids = panels.to_rows();
+    let zeros;
+    let bias = match bias {
+        Some(b) => b,
+        None => {
+            zeros = vec![0f32; n];
+            &zeros
+        }
+    };
+    let mut rows = vec![0u32; nq];
+    let mut scores = vec![f32::NEG_INFINITY; nq];
+    if n == 0 {
+        return (rows, scores);
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: produced only after runtime detection.
+        Isa::Avx512 => unsafe {
+            x86::argmax_avx512(queries, d, &centroids, bias, &mut rows, &mut scores)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe {
+            x86::argmax_avx2(queries, d, &centroids, bias, &mut rows, &mut scores)
+        },
+        _ => argmax_generic(queries, d, &centroids, bias, &mut rows, &mut scores),
+    }
+    (rows, scores)
+}
+
+/// Portable body of [`argmax_rows`]; the per-ISA wrappers recompile it with
+/// wider vector features so the 16-lane loops become single instructions.
+#[inline(always)]
+fn argmax_generic(
+    q: &[f32],
+    d: usize,
+    c: &[f32],
+    bias: &[f32],
+    rows: &mut [u32],
+    scores: &mut [f32],
+) {
+    let nq = q.len() / d;
+    let mut qt = vec![0f32; d * PANEL];
+    for q0 in (0..nq).step_by(PANEL) {
+        let m = (nq - q0).min(PANEL);
+        for l in 0..PANEL {
+            for j in 0..d {
+                qt[j * PANEL + l] = if l < m { q[(q0 + l) * d + j] } else { 0.0 };
+            }
+        }
+        let mut best = [f32::NEG_INFINITY; PANEL];
+        let mut best_row = [0u32; PANEL];
+        for (ci, (cr, &b)) in c.chunks_exact(d).zip(bias).enumerate() {
+            let mut acc = [0f32; PANEL];
+            for (j, &x) in cr.iter().enumerate() {
+                let col = &qt[j * PANEL..(j + 1) * PANEL];
+                for l in 0..PANEL {
+                    acc[l] += col[l] * x;
+                }
+            }
+            for l in 0..PANEL {
+                let s = acc[l] + b;
+                // Strictly greater: on equal scores the earlier (smaller) row stays.
+                let better = s > best[l];
+                best[l] = if better { s } else { best[l] };
+                best_row[l] = if better { ci as u32 } else { best_row[l] };
+            }
+        }
+        rows[q0..q0 + m].copy_from_slice(&best_row[..m]);
+        scores[q0..q0 + m].copy_from_slice(&best[..m]);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{PANEL, QR_MAX};
     use half::f16;
     use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn argmax_avx512(
+        q: &[f32],
+        d: usize,
+        c: &[f32],
+        bias: &[f32],
+        rows: &mut [u32],
+        scores: &mut [f32],
+    ) {
+        super::argmax_generic(q, d, c, bias, rows, scores)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn argmax_avx2(
+        q: &[f32],
+        d: usize,
+        c: &[f32],
+        bias: &[f32],
+        rows: &mut [u32],
+        scores: &mut [f32],
+    ) {
+        super::argmax_generic(q, d, c, bias, rows, scores)
+    }
 
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
@@ -1069,6 +1188,47 @@ mod tests {
                             assert_eq!(out[qi * width + i], 0.0);
                         }
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn argmax_matches_naive_with_ties() {
+        let mut r = Rng::new(11);
+        for &(nq, n, d) in &[(5, 1, 3), (50, 256, 4), (9, 37, 8), (3, 100, 24)] {
+            let q = rand_vec(&mut r, nq * d);
+            let mut rows = rand_vec(&mut r, n * d);
+            if n > 20 {
+                // An exact duplicate of row 3 at row 17: a tie the kernel must
+                // resolve to the smaller row.
+                let dup = rows[3 * d..4 * d].to_vec();
+                rows[17 * d..18 * d].copy_from_slice(&dup);
+            }
+            let bias: Vec<f32> = (0..n)
+                .map(|i| {
+                    if i == 17 || i == 3 {
+                        0.0
+                    } else {
+                        -0.01 * i as f32
+                    }
+                })
+                .collect();
+            let p = Panels::from_rows(&rows, d, Precision::F32);
+            for isa in Isa::available() {
+                let (got_r, got_s) = argmax_rows(isa, &q, &p, Some(&bias));
+                for qi in 0..nq {
+                    let qv = &q[qi * d..(qi + 1) * d];
+                    let sc =
+                        |i: usize| bias[i] + (0..d).map(|j| qv[j] * rows[i * d + j]).sum::<f32>();
+                    let want = (0..n).fold(0, |b, i| if sc(i) > sc(b) + 1e-5 { i } else { b });
+                    assert!((got_s[qi] - sc(want)).abs() < 1e-4, "{isa:?}");
+                    assert!(
+                        got_r[qi] as usize == want
+                            || (sc(got_r[qi] as usize) - sc(want)).abs() < 1e-5,
+                        "{isa:?}"
+                    );
+                    assert_ne!(got_r[qi], 17, "tie must go to row 3");
                 }
             }
         }

@@ -57,7 +57,7 @@ pub fn batch_len(data: &[f32], dim: usize) -> Result<usize> {
     if dim == 0 {
         return Err(Error::param("dim", "must be at least 1"));
     }
-    if data.len() % dim != 0 {
+    if !data.len().is_multiple_of(dim) {
         return Err(Error::RaggedBatch {
             len: data.len(),
             dim,
@@ -99,7 +99,7 @@ pub(crate) fn check_queries(queries: &[f32], dim: usize, k: usize) -> Result<Vec
     if k == 0 {
         return Err(Error::ZeroK);
     }
-    if queries.len() % dim != 0 {
+    if !queries.len().is_multiple_of(dim) {
         // A single vector of the wrong size is the common mistake: name it.
         if queries.len() < dim || queries.len() < 2 * dim {
             return Err(Error::DimensionMismatch {
@@ -117,7 +117,7 @@ pub(crate) fn check_queries(queries: &[f32], dim: usize, k: usize) -> Result<Vec
 
 /// Checks an `add` batch: dimension, id count, duplicate ids within the batch.
 pub(crate) fn check_add(ids: &[u64], vectors: &[f32], dim: usize) -> Result<Vec<f32>> {
-    if vectors.len() % dim != 0 {
+    if !vectors.len().is_multiple_of(dim) {
         if ids.len() <= 1 {
             return Err(Error::DimensionMismatch {
                 expected: dim,
@@ -170,7 +170,7 @@ impl Bitset {
 
     /// Appends one bit.
     pub fn push(&mut self, bit: bool) {
-        if self.len % 64 == 0 {
+        if self.len.is_multiple_of(64) {
             self.words.push(0);
         }
         if bit {
@@ -211,7 +211,7 @@ impl Bitset {
         if words.len() != len.div_ceil(64) {
             return None;
         }
-        if len % 64 != 0
+        if !len.is_multiple_of(64)
             && let Some(last) = words.last_mut()
         {
             *last &= (1u64 << (len % 64)) - 1;

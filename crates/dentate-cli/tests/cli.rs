@@ -1,0 +1,198 @@
+//! The `dentate` binary as a user runs it.
+
+use std::path::Path;
+use std::process::Command;
+
+fn dentate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dentate"))
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run dentate");
+    assert!(
+        out.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn synth(dir: &Path, n: usize, dim: usize) {
+    run_ok(
+        dentate()
+            .args([
+                "data",
+                "synth",
+                "--n",
+                &n.to_string(),
+                "--dim",
+                &dim.to_string(),
+                "--queries",
+                "50",
+                "--clusters",
+                "40",
+                "--out",
+            ])
+            .arg(dir),
+    );
+}
+
+#[test]
+fn bench_json_has_the_documented_keys_and_reaches_recall() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 8000, 32);
+    let p = |f: &str| dir.path().join(f);
+    let out = run_ok(
+        dentate()
+            .args([
+                "bench",
+                "--index",
+                "ivfpq",
+                "--nlist",
+                "32",
+                "--m",
+                "8",
+                "--nprobe",
+                "1,8",
+                "--rerank",
+                "0,8",
+                "--k",
+                "10",
+                "--threads",
+                "2",
+                "--json",
+            ])
+            .arg("--base")
+            .arg(p("base.fvecs"))
+            .arg("--queries")
+            .arg(p("queries.fvecs"))
+            .arg("--gt")
+            .arg(p("gt.ivecs")),
+    );
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(rows.len(), 4, "2 nprobe × 2 rerank");
+    for r in &rows {
+        for key in [
+            "index",
+            "nprobe",
+            "rerank",
+            "recall_at_k",
+            "qps",
+            "build_s",
+            "bytes_per_vector",
+        ] {
+            assert!(r.get(key).is_some(), "missing {key} in {r}");
+        }
+        assert!(r["qps"].as_f64().unwrap() > 0.0);
+    }
+    let best = rows
+        .iter()
+        .map(|r| r["recall_at_k"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(best >= 0.95, "best recall {best}");
+    // Flat, ground truth computed in-process: recall 1.
+    let out = run_ok(
+        dentate()
+            .args([
+                "bench",
+                "--index",
+                "flat",
+                "--precision",
+                "f32",
+                "--json",
+                "--base",
+            ])
+            .arg(p("base.fvecs"))
+            .arg("--queries")
+            .arg(p("queries.fvecs")),
+    );
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(r["recall_at_k"].as_f64(), Some(1.0));
+    assert!(r["nprobe"].is_null());
+}
+
+#[test]
+fn index_build_search_info_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 3000, 16);
+    let idx = dir.path().join("i.dnt");
+    run_ok(
+        dentate()
+            .args([
+                "index",
+                "build",
+                "--index",
+                "ivfpq",
+                "--nlist",
+                "16",
+                "--m",
+                "4",
+                "--opq",
+                "--opq-iterations",
+                "2",
+                "--input",
+            ])
+            .arg(dir.path().join("base.fvecs"))
+            .arg("--output")
+            .arg(&idx),
+    );
+    let info = run_ok(dentate().args(["index", "info", "--index"]).arg(&idx));
+    assert!(
+        info.contains("kind:          ivfpq")
+            && info.contains("live vectors:  3000")
+            && info.contains("opq:           true"),
+        "{info}"
+    );
+    // Searching with base rows as queries finds each row first.
+    let base = dentate_core::data::read_f32(&dir.path().join("base.fvecs")).unwrap();
+    let qpath = dir.path().join("q.fvecs");
+    dentate_core::data::write_fvecs(&qpath, &base.data[..16 * 5], 16).unwrap();
+    let out = run_ok(
+        dentate()
+            .args([
+                "index", "search", "--k", "3", "--nprobe", "16", "--rerank", "50", "--index",
+            ])
+            .arg(&idx)
+            .arg("--queries")
+            .arg(&qpath),
+    );
+    for (i, line) in out.lines().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["query"], i);
+        assert_eq!(v["ids"][0], i, "{line}");
+    }
+}
+
+#[test]
+fn errors_are_messages_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.dnt");
+    std::fs::write(&bad, b"DENTATE\0 not really").unwrap();
+    let out = dentate()
+        .args(["index", "info", "--index"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error:") && (err.contains("checksum") || err.contains("truncated")),
+        "{err}"
+    );
+    let out = dentate()
+        .args([
+            "bench",
+            "--base",
+            "/nonexistent.fvecs",
+            "--queries",
+            "/nonexistent.fvecs",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.fvecs"));
+}

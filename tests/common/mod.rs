@@ -1,0 +1,58 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code)]
+
+use dentate::data::{SynthConfig, clustered};
+use dentate::{Hit, rng::Rng};
+
+/// Clustered unit vectors (deterministic).
+pub fn synth(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    clustered(&SynthConfig {
+        n,
+        dim,
+        clusters,
+        spread: 0.8,
+        seed,
+    })
+}
+
+/// Gaussian vectors (not normalised).
+pub fn gaussian(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng::new(seed);
+    (0..n * dim).map(|_| r.normal()).collect()
+}
+
+/// The obvious exact search: f64 cosine of every pair, sorted by score
+/// descending then id ascending.
+pub fn naive(
+    base: &[f32],
+    ids: &[u64],
+    queries: &[f32],
+    dim: usize,
+    k: usize,
+) -> Vec<Vec<(u64, f64)>> {
+    let norm = |v: &[f32]| v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    queries
+        .chunks_exact(dim)
+        .map(|q| {
+            let qn = norm(q);
+            let mut all: Vec<(u64, f64)> = base
+                .chunks_exact(dim)
+                .zip(ids)
+                .map(|(b, &id)| {
+                    let dot: f64 = b.iter().zip(q).map(|(&x, &y)| x as f64 * y as f64).sum();
+                    (id, dot / (norm(b) * qn))
+                })
+                .collect();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            all.truncate(k);
+            all
+        })
+        .collect()
+}
+
+/// Ids of each result list.
+pub fn ids(res: &[Vec<Hit>]) -> Vec<Vec<u64>> {
+    res.iter()
+        .map(|v| v.iter().map(|h| h.id).collect())
+        .collect()
+}

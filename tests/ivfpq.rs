@@ -1,0 +1,210 @@
+//! IVF-PQ: equality with exact search at full probe + full re-rank, the
+//! recall target, OPQ, deletes and errors.
+
+mod common;
+use common::*;
+use dentate::data::recall_at_k;
+use dentate::{Error, FlatIndex, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
+
+fn build(base: &[f32], dim: usize, cfg: IvfPqConfig) -> IvfPqIndex {
+    let mut idx = IvfPqIndex::new(dim, cfg).unwrap();
+    idx.train(base).unwrap();
+    let ids: Vec<u64> = (0..(base.len() / dim) as u64).collect();
+    idx.add(&ids, base).unwrap();
+    idx
+}
+
+#[test]
+fn full_probe_and_full_rerank_equals_exact_search() {
+    let dim = 32;
+    let n = 1500;
+    let base = synth(n, dim, 15, 11);
+    let queries = synth(60, dim, 15, 12);
+    let mut cfg = IvfPqConfig::new(8, 8);
+    cfg.rerank_store = Some(Precision::F32);
+    cfg.kmeans_iterations = 10;
+    cfg.pq_iterations = 8;
+    let ivf = build(&base, dim, cfg);
+    let mut flat = FlatIndex::new(dim);
+    flat.add(&(0..n as u64).collect::<Vec<_>>(), &base).unwrap();
+    let k = 10;
+    // rerank factor so large that every vector is a candidate.
+    let got = ivf
+        .search_with(
+            &queries,
+            k,
+            IvfSearchParams {
+                nprobe: 8,
+                rerank: n,
+            },
+        )
+        .unwrap();
+    let want = flat.search(&queries, k).unwrap();
+    assert_eq!(ids(&got), ids(&want));
+    for (g, w) in got.iter().zip(&want) {
+        for (a, b) in g.iter().zip(w) {
+            assert!((a.score - b.score).abs() < 1e-5);
+        }
+    }
+}
+
+/// Documented settings: 20,000 clustered 64-d vectors (200 clusters, spread
+/// 0.8), nlist 64, m 16, nprobe 16, re-rank factor 8 from f16.
+#[test]
+fn recall_at_10_reaches_095_with_rerank() {
+    let dim = 64;
+    let n = 20_000;
+    let all = synth(n + 200, dim, 200, 13);
+    let (base, queries) = all.split_at(n * dim);
+    let mut cfg = IvfPqConfig::new(64, 16);
+    cfg.kmeans_iterations = 15;
+    cfg.pq_iterations = 15;
+    let ivf = build(base, dim, cfg);
+    let mut flat = FlatIndex::new(dim);
+    flat.add(&(0..n as u64).collect::<Vec<_>>(), base).unwrap();
+    let truth = ids(&flat.search(queries, 10).unwrap());
+    let approx = ivf
+        .search_with(
+            queries,
+            10,
+            IvfSearchParams {
+                nprobe: 16,
+                rerank: 8,
+            },
+        )
+        .unwrap();
+    let r = recall_at_k(&approx, &truth, 10);
+    assert!(r >= 0.95, "recall@10 = {r}");
+    // Without re-ranking recall is lower, and more probes never hurt.
+    let no_rr = recall_at_k(
+        &ivf.search_with(
+            queries,
+            10,
+            IvfSearchParams {
+                nprobe: 16,
+                rerank: 0,
+            },
+        )
+        .unwrap(),
+        &truth,
+        10,
+    );
+    let few = recall_at_k(
+        &ivf.search_with(
+            queries,
+            10,
+            IvfSearchParams {
+                nprobe: 1,
+                rerank: 8,
+            },
+        )
+        .unwrap(),
+        &truth,
+        10,
+    );
+    assert!(no_rr < r, "re-rank should help: {no_rr} vs {r}");
+    assert!(few <= r, "nprobe 1 {few} vs 16 {r}");
+}
+
+#[test]
+fn opq_rotation_is_orthogonal_and_search_works() {
+    let dim = 32;
+    let base = synth(3000, dim, 30, 14);
+    let mut cfg = IvfPqConfig::new(16, 8).opq(true);
+    cfg.opq_config.iterations = 4;
+    cfg.kmeans_iterations = 8;
+    cfg.pq_iterations = 8;
+    let ivf = build(&base, dim, cfg);
+    let q = &base[..dim * 20];
+    let res = ivf
+        .search_with(
+            q,
+            1,
+            IvfSearchParams {
+                nprobe: 16,
+                rerank: 10,
+            },
+        )
+        .unwrap();
+    // Each base vector finds itself once re-ranked exactly.
+    for (i, hits) in res.iter().enumerate() {
+        assert_eq!(hits[0].id, i as u64);
+    }
+    // R Rᵀ = I.
+    let r = dentate::OpqRotation::train(
+        &base,
+        dim,
+        8,
+        &dentate::OpqConfig {
+            iterations: 2,
+            ..Default::default()
+        },
+        dentate::default_compute().as_ref(),
+    )
+    .unwrap();
+    let m = r.matrix();
+    for i in 0..dim {
+        for j in 0..dim {
+            let dot: f32 = (0..dim).map(|t| m[i * dim + t] * m[j * dim + t]).sum();
+            let want = if i == j { 1.0 } else { 0.0 };
+            assert!((dot - want).abs() < 1e-4, "R Rᵀ[{i}][{j}] = {dot}");
+        }
+    }
+}
+
+#[test]
+fn ivf_deletes_compaction_and_errors() {
+    let dim = 16;
+    let base = synth(2000, dim, 20, 15);
+    let mut cfg = IvfPqConfig::new(16, 4);
+    cfg.kmeans_iterations = 5;
+    cfg.pq_iterations = 5;
+    let mut untrained = IvfPqIndex::new(dim, cfg.clone()).unwrap();
+    assert!(matches!(
+        untrained.add(&[1], &base[..dim]),
+        Err(Error::NotTrained)
+    ));
+    assert!(matches!(
+        untrained.search(&base[..dim], 1),
+        Err(Error::NotTrained)
+    ));
+    assert!(matches!(
+        untrained.train(&base[..dim * 10]),
+        Err(Error::InsufficientTrainingData { .. })
+    ));
+    assert!(matches!(
+        IvfPqIndex::new(dim, IvfPqConfig::new(16, 5)),
+        Err(Error::InvalidParameter { name: "m", .. })
+    ));
+    let mut ivf = build(&base, dim, cfg);
+    let removed: Vec<u64> = (0..2000).filter(|i| i % 2 == 0).collect();
+    ivf.remove(&removed);
+    let params = IvfSearchParams {
+        nprobe: 16,
+        rerank: 4,
+    };
+    let res = ivf.search_with(&base[..dim * 50], 10, params).unwrap();
+    assert!(res.iter().flatten().all(|h| h.id % 2 == 1));
+    ivf.compact();
+    let after = ivf.search_with(&base[..dim * 50], 10, params).unwrap();
+    assert_eq!(ids(&res), ids(&after));
+    assert_eq!(ivf.list_sizes().iter().sum::<usize>(), 1000);
+    let mut no_store_cfg = IvfPqConfig::new(16, 4);
+    no_store_cfg.rerank_store = None;
+    let bare = build(&base, dim, no_store_cfg);
+    assert!(matches!(
+        bare.search_with(&base[..dim], 1, params),
+        Err(Error::InvalidParameter { name: "rerank", .. })
+    ));
+    assert!(
+        bare.search_with(
+            &base[..dim],
+            1,
+            IvfSearchParams {
+                nprobe: 4,
+                rerank: 0
+            }
+        )
+        .is_ok()
+    );
+}

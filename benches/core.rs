@@ -9,8 +9,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use dentate::data::{SynthConfig, clustered};
 use dentate::simd::Panels;
 use dentate::{
-    FlatIndex, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, KMeans, KMeansConfig, Metric,
-    PqTrainConfig, Precision, ProductQuantizer, default_compute,
+    FlatIndex, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, KMeans, KMeansConfig, Metric, PqTrainConfig, Precision,
+    ProductQuantizer, default_compute,
 };
 use std::hint::black_box;
 use std::time::Duration;
@@ -37,10 +37,9 @@ fn exact(c: &mut Criterion) {
     for prec in [Precision::F32, Precision::F16] {
         let mut idx = FlatIndex::with_precision(DIM, prec);
         idx.add(&ids, &base).unwrap();
-        g.bench_function(
-            BenchmarkId::new("1000x100000x384", format!("{prec:?}")),
-            |b| b.iter(|| black_box(idx.search(black_box(&queries), 10).unwrap())),
-        );
+        g.bench_function(BenchmarkId::new("1000x100000x384", format!("{prec:?}")), |b| {
+            b.iter(|| black_box(idx.search(black_box(&queries), 10).unwrap()))
+        });
     }
     g.finish();
 }

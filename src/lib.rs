@@ -1,1 +1,4 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
 pub use dentate_core::*;

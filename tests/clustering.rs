@@ -3,10 +3,7 @@
 mod common;
 use common::*;
 use dentate::compute::Metric;
-use dentate::{
-    Init, KMeans, KMeansConfig, PqTrainConfig, ProductQuantizer, choose_k, default_compute,
-    silhouette,
-};
+use dentate::{Init, KMeans, KMeansConfig, PqTrainConfig, ProductQuantizer, choose_k, default_compute, silhouette};
 
 /// `k` well-separated blobs in `dim` dimensions.
 fn blobs(k: usize, per: usize, dim: usize, seed: u64) -> (Vec<f32>, Vec<u32>) {
@@ -40,13 +37,7 @@ fn kmeans_is_reproducible_and_consistent() {
     }
     // Spherical centroids have unit norm.
     let unit = synth(2000, 16, 10, 2);
-    let s = KMeans::train(
-        &unit,
-        16,
-        &KMeansConfig::new(10).spherical(true),
-        c.as_ref(),
-    )
-    .unwrap();
+    let s = KMeans::train(&unit, 16, &KMeansConfig::new(10).spherical(true), c.as_ref()).unwrap();
     for r in s.centroids.chunks_exact(16) {
         let n: f32 = r.iter().map(|x| x * x).sum();
         assert!((n - 1.0).abs() < 1e-4);
@@ -107,8 +98,7 @@ fn silhouette_exact_and_sampled_and_choose_k_finds_planted_k() {
     // a = 1, b = mean(10, 11) = 10.5 for point 0 → s = 1 - 1/10.5.
     let tiny = [0.0f32, 1.0, 10.0, 11.0];
     let s2 = silhouette(&tiny, 1, &[0, 0, 1, 1], 2, Metric::L2, 100, 1, c.as_ref()).unwrap();
-    let expect =
-        ((1.0 - 1.0 / 10.5) + (1.0 - 1.0 / 9.5) + (1.0 - 1.0 / 9.5) + (1.0 - 1.0 / 10.5)) / 4.0;
+    let expect = ((1.0 - 1.0 / 10.5) + (1.0 - 1.0 / 9.5) + (1.0 - 1.0 / 9.5) + (1.0 - 1.0 / 10.5)) / 4.0;
     assert!((s2 - expect).abs() < 1e-5, "{s2} vs {expect}");
     // Shuffled labels score near 0.
     let bad: Vec<u32> = (0..labels.len() as u32).map(|i| i % 4).collect();
@@ -117,15 +107,7 @@ fn silhouette_exact_and_sampled_and_choose_k_finds_planted_k() {
     let sampled = silhouette(&data, 6, &labels, 4, Metric::L2, 120, 2, c.as_ref()).unwrap();
     assert!((sampled - s).abs() < 0.1);
     assert!(silhouette(&data, 6, &labels, 1, Metric::L2, 100, 1, c.as_ref()).is_err());
-    let chosen = choose_k(
-        &data,
-        6,
-        2..=7,
-        &KMeansConfig::new(2).seed(4),
-        1000,
-        c.as_ref(),
-    )
-    .unwrap();
+    let chosen = choose_k(&data, 6, 2..=7, &KMeansConfig::new(2).seed(4), 1000, c.as_ref()).unwrap();
     assert_eq!(chosen.best_k, 4, "scores {:?}", chosen.scores);
     assert_eq!(chosen.scores.len(), 6);
     assert!(choose_k(&data[..6], 6, 2..=3, &KMeansConfig::new(2), 100, c.as_ref()).is_err());
@@ -151,35 +133,17 @@ fn pq_encode_decode_and_adc() {
     assert_eq!(codes.len(), 3000 * 4);
     let rec = pq.decode(&codes);
     // Reconstruction error well below the data's variance (16 per vector).
-    let err: f32 = data
-        .iter()
-        .zip(&rec)
-        .map(|(a, b)| (a - b) * (a - b))
-        .sum::<f32>()
-        / 3000.0;
+    let err: f32 = data.iter().zip(&rec).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / 3000.0;
     assert!(err < 8.0, "mse per vector {err}");
     // Decoded codes re-encode to themselves (each codeword is its own nearest).
     assert_eq!(pq.encode(&rec, c.as_ref()).unwrap(), codes);
     // ADC equals <q, decode(code)>.
     let q = gaussian(1, dim, 7);
-    let t = pq.tables(&q, c.as_ref());
+    let t = pq.tables(&q);
     for i in 0..20 {
-        let want: f32 = q
-            .iter()
-            .zip(&rec[i * dim..(i + 1) * dim])
-            .map(|(a, b)| a * b)
-            .sum();
+        let want: f32 = q.iter().zip(&rec[i * dim..(i + 1) * dim]).map(|(a, b)| a * b).sum();
         assert!((pq.adc(&t, &codes[i * 4..(i + 1) * 4]) - want).abs() < 1e-3);
     }
     assert!(ProductQuantizer::train(&data, dim, 3, &PqTrainConfig::default(), c.as_ref()).is_err());
-    assert!(
-        ProductQuantizer::train(
-            &data[..dim * 100],
-            dim,
-            4,
-            &PqTrainConfig::default(),
-            c.as_ref()
-        )
-        .is_err()
-    );
+    assert!(ProductQuantizer::train(&data[..dim * 100], dim, 4, &PqTrainConfig::default(), c.as_ref()).is_err());
 }

@@ -49,10 +49,9 @@ fn every_simd_path_gives_the_same_ids() {
     let base = synth(2000, dim, 20, 3);
     let queries = synth(50, dim, 20, 4);
     let panels = Panels::from_rows(&base, dim, Precision::F32);
-    let reference =
-        CpuCompute::with_isa(Isa::Scalar)
-            .unwrap()
-            .top_k(&queries, BaseRef::plain(&panels), 10);
+    let reference = CpuCompute::with_isa(Isa::Scalar)
+        .unwrap()
+        .top_k(&queries, BaseRef::plain(&panels), 10);
     for isa in Isa::available() {
         let got = CpuCompute::with_isa(isa)
             .unwrap()
@@ -93,10 +92,7 @@ fn ids_of(r: &[Vec<dentate::Hit>]) -> Vec<Vec<u64>> {
 #[test]
 fn bad_input_is_a_typed_error_and_changes_nothing() {
     let mut index = FlatIndex::new(3);
-    assert!(matches!(
-        index.search(&[1.0, 0.0, 0.0], 1),
-        Err(Error::EmptyIndex)
-    ));
+    assert!(matches!(index.search(&[1.0, 0.0, 0.0], 1), Err(Error::EmptyIndex)));
     index.add(&[1], &[1.0, 0.0, 0.0]).unwrap();
     assert!(matches!(
         index.add(&[2], &[f32::NAN, 0.0, 0.0]),
@@ -112,10 +108,7 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
     ));
     assert!(matches!(
         index.add(&[2], &[1.0, 0.0]),
-        Err(Error::DimensionMismatch {
-            expected: 3,
-            got: 2
-        })
+        Err(Error::DimensionMismatch { expected: 3, got: 2 })
     ));
     assert!(matches!(
         index.add(&[2, 3], &[1.0, 0.0, 0.0]),
@@ -128,10 +121,7 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
     // None of the failed adds changed the index.
     assert_eq!(index.len(), 1);
     assert!(!index.contains(2) && !index.contains(4));
-    assert!(matches!(
-        index.search(&[1.0, 0.0, 0.0], 0),
-        Err(Error::ZeroK)
-    ));
+    assert!(matches!(index.search(&[1.0, 0.0, 0.0], 0), Err(Error::ZeroK)));
     assert!(matches!(
         index.search(&[1.0, 0.0], 1),
         Err(Error::DimensionMismatch { .. })

@@ -4,9 +4,7 @@
 mod common;
 use common::*;
 use dentate::io::HEADER_LEN;
-use dentate::{
-    AnyIndex, Error, FlatIndex, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision,
-};
+use dentate::{AnyIndex, Error, FlatIndex, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -55,8 +53,7 @@ fn write_fixtures_on_request() {
 
 #[test]
 fn v1_flat_fixture_loads_and_answers() {
-    let loaded =
-        FlatIndex::load(&fixture("flat_v1.dnt")).expect("format v1 flat fixture must load");
+    let loaded = FlatIndex::load(&fixture("flat_v1.dnt")).expect("format v1 flat fixture must load");
     assert_eq!(loaded.len(), 62);
     assert_eq!(loaded.turn(), 3);
     assert!(!loaded.contains(101) && loaded.contains(102));
@@ -67,38 +64,24 @@ fn v1_flat_fixture_loads_and_answers() {
         ids(&fresh.search(&q, 10).unwrap())
     );
     // Re-serialising the loaded index gives the fixture's bytes exactly.
-    assert_eq!(
-        loaded.to_bytes(),
-        std::fs::read(fixture("flat_v1.dnt")).unwrap()
-    );
+    assert_eq!(loaded.to_bytes(), std::fs::read(fixture("flat_v1.dnt")).unwrap());
 }
 
 #[test]
 fn v1_ivfpq_fixture_loads_and_answers() {
-    let loaded =
-        IvfPqIndex::load(&fixture("ivfpq_v1.dnt")).expect("format v1 ivfpq fixture must load");
+    let loaded = IvfPqIndex::load(&fixture("ivfpq_v1.dnt")).expect("format v1 ivfpq fixture must load");
     assert_eq!(loaded.len(), 299);
     assert!(loaded.config().opq);
     assert!(!loaded.contains(7));
     let data = synth(300, 8, 6, 2025);
     // Every stored vector finds itself after exact re-ranking.
     let res = loaded
-        .search_with(
-            &data[8 * 10..8 * 20],
-            1,
-            IvfSearchParams {
-                nprobe: 4,
-                rerank: 300,
-            },
-        )
+        .search_with(&data[8 * 10..8 * 20], 1, IvfSearchParams { nprobe: 4, rerank: 300 })
         .unwrap();
     for (i, hits) in res.iter().enumerate() {
         assert_eq!(hits[0].id, 10 + i as u64);
     }
-    assert_eq!(
-        loaded.to_bytes(),
-        std::fs::read(fixture("ivfpq_v1.dnt")).unwrap()
-    );
+    assert_eq!(loaded.to_bytes(), std::fs::read(fixture("ivfpq_v1.dnt")).unwrap());
 }
 
 #[test]
@@ -135,17 +118,11 @@ fn round_trips_preserve_everything() {
 fn corrupt_and_truncated_files_are_errors() {
     let good = fixture_ivf().to_bytes();
     // Every truncation point.
-    for cut in (0..good.len())
-        .step_by(97)
-        .chain([good.len() - 1, 7, 31, 32])
-    {
+    for cut in (0..good.len()).step_by(97).chain([good.len() - 1, 7, 31, 32]) {
         let r = AnyIndex::from_bytes(&good[..cut]);
         assert!(r.is_err(), "truncated at {cut} loaded");
     }
-    assert!(matches!(
-        AnyIndex::from_bytes(&good[..20]),
-        Err(Error::Truncated(_))
-    ));
+    assert!(matches!(AnyIndex::from_bytes(&good[..20]), Err(Error::Truncated(_))));
     assert!(matches!(
         AnyIndex::from_bytes(&good[..good.len() - 1]),
         Err(Error::Truncated(_))
@@ -159,20 +136,14 @@ fn corrupt_and_truncated_files_are_errors() {
     bad[HEADER_LEN + 40] ^= 0x10;
     assert!(matches!(
         AnyIndex::from_bytes(&bad),
-        Err(Error::ChecksumMismatch {
-            section: "payload",
-            ..
-        })
+        Err(Error::ChecksumMismatch { section: "payload", .. })
     ));
     // A flipped header byte fails the header checksum.
     let mut bad = good.clone();
     bad[17] ^= 1;
     assert!(matches!(
         AnyIndex::from_bytes(&bad),
-        Err(Error::ChecksumMismatch {
-            section: "header",
-            ..
-        })
+        Err(Error::ChecksumMismatch { section: "header", .. })
     ));
     // A future version is refused by name (checksum recomputed so only the version is wrong).
     let mut newer = good.clone();

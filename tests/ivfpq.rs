@@ -30,14 +30,7 @@ fn full_probe_and_full_rerank_equals_exact_search() {
     let k = 10;
     // rerank factor so large that every vector is a candidate.
     let got = ivf
-        .search_with(
-            &queries,
-            k,
-            IvfSearchParams {
-                nprobe: 8,
-                rerank: n,
-            },
-        )
+        .search_with(&queries, k, IvfSearchParams { nprobe: 8, rerank: n })
         .unwrap();
     let want = flat.search(&queries, k).unwrap();
     assert_eq!(ids(&got), ids(&want));
@@ -64,41 +57,20 @@ fn recall_at_10_reaches_095_with_rerank() {
     flat.add(&(0..n as u64).collect::<Vec<_>>(), base).unwrap();
     let truth = ids(&flat.search(queries, 10).unwrap());
     let approx = ivf
-        .search_with(
-            queries,
-            10,
-            IvfSearchParams {
-                nprobe: 16,
-                rerank: 8,
-            },
-        )
+        .search_with(queries, 10, IvfSearchParams { nprobe: 16, rerank: 8 })
         .unwrap();
     let r = recall_at_k(&approx, &truth, 10);
     assert!(r >= 0.95, "recall@10 = {r}");
     // Without re-ranking recall is lower, and more probes never hurt.
     let no_rr = recall_at_k(
-        &ivf.search_with(
-            queries,
-            10,
-            IvfSearchParams {
-                nprobe: 16,
-                rerank: 0,
-            },
-        )
-        .unwrap(),
+        &ivf.search_with(queries, 10, IvfSearchParams { nprobe: 16, rerank: 0 })
+            .unwrap(),
         &truth,
         10,
     );
     let few = recall_at_k(
-        &ivf.search_with(
-            queries,
-            10,
-            IvfSearchParams {
-                nprobe: 1,
-                rerank: 8,
-            },
-        )
-        .unwrap(),
+        &ivf.search_with(queries, 10, IvfSearchParams { nprobe: 1, rerank: 8 })
+            .unwrap(),
         &truth,
         10,
     );
@@ -117,14 +89,7 @@ fn opq_rotation_is_orthogonal_and_search_works() {
     let ivf = build(&base, dim, cfg);
     let q = &base[..dim * 20];
     let res = ivf
-        .search_with(
-            q,
-            1,
-            IvfSearchParams {
-                nprobe: 16,
-                rerank: 10,
-            },
-        )
+        .search_with(q, 1, IvfSearchParams { nprobe: 16, rerank: 10 })
         .unwrap();
     // Each base vector finds itself once re-ranked exactly.
     for (i, hits) in res.iter().enumerate() {
@@ -160,14 +125,8 @@ fn ivf_deletes_compaction_and_errors() {
     cfg.kmeans_iterations = 5;
     cfg.pq_iterations = 5;
     let mut untrained = IvfPqIndex::new(dim, cfg.clone()).unwrap();
-    assert!(matches!(
-        untrained.add(&[1], &base[..dim]),
-        Err(Error::NotTrained)
-    ));
-    assert!(matches!(
-        untrained.search(&base[..dim], 1),
-        Err(Error::NotTrained)
-    ));
+    assert!(matches!(untrained.add(&[1], &base[..dim]), Err(Error::NotTrained)));
+    assert!(matches!(untrained.search(&base[..dim], 1), Err(Error::NotTrained)));
     assert!(matches!(
         untrained.train(&base[..dim * 10]),
         Err(Error::InsufficientTrainingData { .. })
@@ -179,10 +138,7 @@ fn ivf_deletes_compaction_and_errors() {
     let mut ivf = build(&base, dim, cfg);
     let removed: Vec<u64> = (0..2000).filter(|i| i % 2 == 0).collect();
     ivf.remove(&removed);
-    let params = IvfSearchParams {
-        nprobe: 16,
-        rerank: 4,
-    };
+    let params = IvfSearchParams { nprobe: 16, rerank: 4 };
     let res = ivf.search_with(&base[..dim * 50], 10, params).unwrap();
     assert!(res.iter().flatten().all(|h| h.id % 2 == 1));
     ivf.compact();
@@ -197,14 +153,7 @@ fn ivf_deletes_compaction_and_errors() {
         Err(Error::InvalidParameter { name: "rerank", .. })
     ));
     assert!(
-        bare.search_with(
-            &base[..dim],
-            1,
-            IvfSearchParams {
-                nprobe: 4,
-                rerank: 0
-            }
-        )
-        .is_ok()
+        bare.search_with(&base[..dim], 1, IvfSearchParams { nprobe: 4, rerank: 0 })
+            .is_ok()
     );
 }

@@ -77,3 +77,41 @@ proptest! {
         prop_assert!(AnyIndex::from_bytes(&bad).is_err());
     }
 }
+
+/// One small trained PQ shared by the code properties.
+fn small_pq() -> &'static (dentate::ProductQuantizer, usize) {
+    static PQ: std::sync::OnceLock<(dentate::ProductQuantizer, usize)> = std::sync::OnceLock::new();
+    PQ.get_or_init(|| {
+        let dim = 12;
+        let data = gaussian(2000, dim, 77);
+        let cfg = dentate::PqTrainConfig {
+            iterations: 6,
+            ..Default::default()
+        };
+        (
+            dentate::ProductQuantizer::train(&data, dim, 3, &cfg, default_compute().as_ref()).unwrap(),
+            dim,
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any code decodes to codewords that encode back to the same code, and
+    /// ADC of a code equals the inner product with its decoding.
+    #[test]
+    fn pq_codes_round_trip(code in proptest::collection::vec(any::<u8>(), 3), q in proptest::collection::vec(-1.0f32..1.0, 12)) {
+        let (pq, dim) = small_pq();
+        let c = default_compute();
+        let dec = pq.decode(&code);
+        prop_assert_eq!(dec.len(), *dim);
+        let re = pq.encode(&dec, c.as_ref()).unwrap();
+        // Equal unless two codewords of a sub-space coincide (then either is nearest).
+        let dec2 = pq.decode(&re);
+        prop_assert_eq!(&dec, &dec2);
+        let t = pq.tables(&q);
+        let want: f32 = q.iter().zip(&dec).map(|(a, b)| a * b).sum();
+        prop_assert!((pq.adc(&t, &code) - want).abs() < 1e-4);
+    }
+}

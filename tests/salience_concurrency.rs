@@ -20,9 +20,7 @@ fn prune_removes_oldest_unretrieved_first() {
     index.set_turn(1000);
     // Ids 0..5 are the oldest, but 0 and 1 were retrieved recently.
     index.record_retrieval(&[0, 1], 950);
-    let pruned = index
-        .prune_lowest(0.005, &SalienceParams::default())
-        .unwrap();
+    let pruned = index.prune_lowest(0.005, &SalienceParams::default()).unwrap();
     assert_eq!(
         pruned,
         vec![2, 3, 4, 5, 6],
@@ -40,17 +38,10 @@ fn prune_removes_oldest_unretrieved_first() {
     assert_eq!(pruned, vec![0, 1]);
     // A retrieval older than the window no longer protects.
     index.record_retrieval(&[7], 800);
-    let pruned = index
-        .prune_lowest(0.001, &SalienceParams::default())
-        .unwrap();
+    let pruned = index.prune_lowest(0.001, &SalienceParams::default()).unwrap();
     assert_eq!(pruned, vec![7]);
     assert!(index.prune_lowest(1.5, &SalienceParams::default()).is_err());
-    assert!(
-        index
-            .prune_lowest(0.0, &SalienceParams::default())
-            .unwrap()
-            .is_empty()
-    );
+    assert!(index.prune_lowest(0.0, &SalienceParams::default()).unwrap().is_empty());
 }
 
 #[test]
@@ -62,11 +53,9 @@ fn prune_works_on_ivfpq_through_the_same_path() {
     cfg.pq_iterations = 5;
     let mut ivf = IvfPqIndex::new(dim, cfg).unwrap();
     ivf.train(&data).unwrap();
-    ivf.add(&(0..500).collect::<Vec<_>>(), &data[..500 * dim])
-        .unwrap();
+    ivf.add(&(0..500).collect::<Vec<_>>(), &data[..500 * dim]).unwrap();
     ivf.set_turn(400);
-    ivf.add(&(500..1000).collect::<Vec<_>>(), &data[500 * dim..])
-        .unwrap();
+    ivf.add(&(500..1000).collect::<Vec<_>>(), &data[500 * dim..]).unwrap();
     ivf.set_turn(500);
     let pruned = ivf.prune_lowest(0.01, &SalienceParams::default()).unwrap();
     assert_eq!(pruned.len(), 10);

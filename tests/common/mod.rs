@@ -23,13 +23,7 @@ pub fn gaussian(n: usize, dim: usize, seed: u64) -> Vec<f32> {
 
 /// The obvious exact search: f64 cosine of every pair, sorted by score
 /// descending then id ascending.
-pub fn naive(
-    base: &[f32],
-    ids: &[u64],
-    queries: &[f32],
-    dim: usize,
-    k: usize,
-) -> Vec<Vec<(u64, f64)>> {
+pub fn naive(base: &[f32], ids: &[u64], queries: &[f32], dim: usize, k: usize) -> Vec<Vec<(u64, f64)>> {
     let norm = |v: &[f32]| v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
     queries
         .chunks_exact(dim)
@@ -52,7 +46,5 @@ pub fn naive(
 
 /// Ids of each result list.
 pub fn ids(res: &[Vec<Hit>]) -> Vec<Vec<u64>> {
-    res.iter()
-        .map(|v| v.iter().map(|h| h.id).collect())
-        .collect()
+    res.iter().map(|v| v.iter().map(|h| h.id).collect()).collect()
 }

@@ -57,9 +57,7 @@ pub struct BenchArgs {
 /// Runs the benchmark.
 pub fn run(a: &BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()?;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
     pool.install(|| run_in_pool(a, threads).map_err(|e| e.to_string()))?;
     Ok(())
 }
@@ -71,11 +69,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         return Err(format!("base has dimension {}, queries {}", base.cols, queries.cols).into());
     }
     if a.k == 0 || a.k > base.rows {
-        return Err(format!(
-            "k = {} must be between 1 and the base size {}",
-            a.k, base.rows
-        )
-        .into());
+        return Err(format!("k = {} must be between 1 and the base size {}", a.k, base.rows).into());
     }
     let precision: Precision = a.precision.parse()?;
     let truth = load_truth(a.gt.as_deref(), &base, &queries, a.k, !a.json)?;
@@ -140,23 +134,10 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
     if !a.json {
         println!(
             "{:<7} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10} {:>11} {:>9} {:>10}",
-            "index",
-            "nlist",
-            "m",
-            "opq",
-            "nprobe",
-            "rerank",
-            "recall@k",
-            "QPS",
-            "build s",
-            "bytes/vec"
+            "index", "nlist", "m", "opq", "nprobe", "rerank", "recall@k", "QPS", "build s", "bytes/vec"
         );
         let dash = |v: &serde_json::Value| {
-            if v.is_null() {
-                "-".to_string()
-            } else {
-                v.to_string()
-            }
+            if v.is_null() { "-".to_string() } else { v.to_string() }
         };
         for r in &rows {
             println!(

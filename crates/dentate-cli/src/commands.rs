@@ -1,12 +1,8 @@
 //! Subcommands other than `bench`, and helpers shared with it.
 
 use clap::{Args, Subcommand};
-use dentate_core::data::{
-    Matrix, SynthConfig, clustered, read_f32, read_i64, recall_at_k, write_fvecs, write_ivecs,
-};
-use dentate_core::{
-    AnyIndex, FlatIndex, Hit, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision,
-};
+use dentate_core::data::{Matrix, SynthConfig, clustered, read_f32, read_i64, recall_at_k, write_fvecs, write_ivecs};
+use dentate_core::{AnyIndex, FlatIndex, Hit, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -158,11 +154,7 @@ pub(crate) fn load_truth(
     if let Some(p) = gt {
         let g = read_i64(p)?;
         if g.rows != queries.rows {
-            return Err(format!(
-                "ground truth has {} rows for {} queries",
-                g.rows, queries.rows
-            )
-            .into());
+            return Err(format!("ground truth has {} rows for {} queries", g.rows, queries.rows).into());
         }
         if g.cols < k {
             return Err(format!("ground truth has {} columns, k = {k}", g.cols).into());
@@ -179,10 +171,7 @@ pub(crate) fn load_truth(
     flat.add(&ids, &base.data)?;
     let res = flat.search(&queries.data, k)?;
     pb.finish_and_clear();
-    Ok(res
-        .into_iter()
-        .map(|v| v.into_iter().map(|h| h.id).collect())
-        .collect())
+    Ok(res.into_iter().map(|v| v.into_iter().map(|h| h.id).collect()).collect())
 }
 
 fn spinner(show: bool, msg: &str) -> ProgressBar {
@@ -224,11 +213,7 @@ pub(crate) struct IndexSpec {
 
 /// Builds (trains and fills) an index over `base`, ids = row numbers.
 /// Returns it with the build time in seconds.
-pub(crate) fn build_index(
-    spec: &IndexSpec,
-    base: &Matrix<f32>,
-    progress: bool,
-) -> Res<(AnyIndex, f64)> {
+pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) -> Res<(AnyIndex, f64)> {
     let ids: Vec<u64> = (0..base.rows as u64).collect();
     let t0 = Instant::now();
     let mut index = match spec.kind.as_str() {
@@ -239,9 +224,7 @@ pub(crate) fn build_index(
             cfg.rerank_store = spec.rerank_store.then_some(spec.precision);
             let mut ivf = IvfPqIndex::new(base.cols, cfg)?;
             let pb = spinner(progress, "training");
-            ivf.train_with(&base.data, &mut |stage| {
-                pb.set_message(format!("training: {stage}"))
-            })?;
+            ivf.train_with(&base.data, &mut |stage| pb.set_message(format!("training: {stage}")))?;
             pb.finish_and_clear();
             AnyIndex::IvfPq(ivf)
         }
@@ -249,11 +232,7 @@ pub(crate) fn build_index(
     };
     let pb = add_bar(progress, base.rows);
     let chunk = 20_000;
-    for (i, (idc, vc)) in ids
-        .chunks(chunk)
-        .zip(base.data.chunks(chunk * base.cols))
-        .enumerate()
-    {
+    for (i, (idc, vc)) in ids.chunks(chunk).zip(base.data.chunks(chunk * base.cols)).enumerate() {
         index.as_index_mut().add(idc, vc)?;
         pb.set_position(((i + 1) * chunk).min(base.rows) as u64);
     }
@@ -348,17 +327,12 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
             rerank_store: false,
         };
         let (idx, build) = build_index(&spec, &base, true)?;
-        let name = format!(
-            "exact ({})",
-            if prec == Precision::F32 { "f32" } else { "f16" }
-        );
+        let name = format!("exact ({})", if prec == Precision::F32 { "f32" } else { "f16" });
         report(&name, idx.as_index(), build, &|| {
             idx.as_index().search(&queries.data, k)
         })?;
     }
-    let nlist = ((a.n as f64).sqrt() as usize)
-        .next_power_of_two()
-        .clamp(16, 4096);
+    let nlist = ((a.n as f64).sqrt() as usize).next_power_of_two().clamp(16, 4096);
     let m = [32, 16, 8, 4, 2, 1]
         .into_iter()
         .find(|m| dim.is_multiple_of(*m) && dim / m >= 4)
@@ -394,10 +368,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
     ivf.save(&path)?;
     let size = std::fs::metadata(&path)?.len();
     let loaded = IvfPqIndex::load(&path)?;
-    let p = IvfSearchParams {
-        nprobe: 16,
-        rerank: 4,
-    };
+    let p = IvfSearchParams { nprobe: 16, rerank: 4 };
     let same = ivf.search_with(&queries.data, k, p)? == loaded.search_with(&queries.data, k, p)?;
     println!(
         "\nsaved {} ({:.1} MB), reloaded: {} vectors, results {}",
@@ -456,10 +427,7 @@ pub(crate) fn index(c: IndexCommand) -> Res<()> {
             for (i, hits) in res.iter().enumerate() {
                 let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
                 let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
-                println!(
-                    "{}",
-                    serde_json::json!({"query": i, "ids": ids, "scores": scores})
-                );
+                println!("{}", serde_json::json!({"query": i, "ids": ids, "scores": scores}));
             }
             Ok(())
         }
@@ -540,10 +508,7 @@ pub(crate) fn data(c: DataCommand) -> Res<()> {
             };
             let gk = 100.min(n);
             let truth = load_truth(None, &base, &qm, gk, true)?;
-            let flat: Vec<i32> = truth
-                .iter()
-                .flat_map(|r| r.iter().map(|&x| x as i32))
-                .collect();
+            let flat: Vec<i32> = truth.iter().flat_map(|r| r.iter().map(|&x| x as i32)).collect();
             write_ivecs(&out.join("gt.ivecs"), &flat, gk)?;
             eprintln!(
                 "wrote {}/{{base.fvecs, queries.fvecs, gt.ivecs}}: {n} × {dim}, {queries} queries, top-{gk} truth",
@@ -562,9 +527,6 @@ pub(crate) fn info() {
         "SIMD path in use:     {} (override with DENTATE_SIMD)",
         Isa::active().name()
     );
-    println!(
-        "compute backend:      {}",
-        dentate_core::default_compute().name()
-    );
+    println!("compute backend:      {}", dentate_core::default_compute().name());
     println!("threads:              {}", rayon::current_num_threads());
 }

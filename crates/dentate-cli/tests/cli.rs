@@ -97,15 +97,7 @@ fn bench_json_has_the_documented_keys_and_reaches_recall() {
     // Flat, ground truth computed in-process: recall 1.
     let out = run_ok(
         dentate()
-            .args([
-                "bench",
-                "--index",
-                "flat",
-                "--precision",
-                "f32",
-                "--json",
-                "--base",
-            ])
+            .args(["bench", "--index", "flat", "--precision", "f32", "--json", "--base"])
             .arg(p("base.fvecs"))
             .arg("--queries")
             .arg(p("queries.fvecs")),
@@ -172,11 +164,7 @@ fn errors_are_messages_with_exit_code_2() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.dnt");
     std::fs::write(&bad, b"DENTATE\0 not really").unwrap();
-    let out = dentate()
-        .args(["index", "info", "--index"])
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = dentate().args(["index", "info", "--index"]).arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -11,6 +11,7 @@
 //! other than by appending, so a cache keyed on it stays valid while the
 //! index only grows.
 
+use crate::pq::ProductQuantizer;
 use crate::salience::SalienceParams;
 use crate::simd::{Isa, PANEL, Panels, RowMajor, tile_scores};
 use crate::topk::{Cand, TopK};
@@ -106,10 +107,7 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
         };
         let res = self.top_k(points, base, 1);
         res.into_iter()
-            .map(|v| {
-                v.first()
-                    .map_or((0, f32::NEG_INFINITY), |c| (c.row, c.score))
-            })
+            .map(|v| v.first().map_or((0, f32::NEG_INFINITY), |c| (c.row, c.score)))
             .unzip()
     }
 
@@ -117,32 +115,19 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32>;
 
     /// Per-cluster sums of the points and counts (k-means update step).
-    fn cluster_sums(
-        &self,
-        points: &[f32],
-        dim: usize,
-        assign: &[u32],
-        k: usize,
-    ) -> (Vec<f32>, Vec<u32>);
+    fn cluster_sums(&self, points: &[f32], dim: usize, assign: &[u32], k: usize) -> (Vec<f32>, Vec<u32>);
 
     /// `out[i * k + c]` = sum of distances from point `i` to every point of
     /// cluster `c` (the self-distance is 0): the input of the silhouette score.
-    fn cluster_distance_sums(
-        &self,
-        points: &Panels,
-        labels: &[u32],
-        k: usize,
-        metric: Metric,
-    ) -> Vec<f32>;
+    fn cluster_distance_sums(&self, points: &Panels, labels: &[u32], k: usize, metric: Metric) -> Vec<f32>;
 
-    /// ADC scan: for each query, its lookup table (`m × 256` inner products
-    /// of the query's sub-vectors with the codebooks, in `tables`) applied to
-    /// the codes of its probed lists; the `k` best live candidates.
-    #[allow(clippy::too_many_arguments)]
+    /// ADC scan: for each (rotated) query, its lookup table against `pq`'s
+    /// codebooks applied to the codes of its probed lists; the `k` best live
+    /// candidates. Tables are built per query, never for the whole batch.
     fn adc_top_k(
         &self,
-        tables: &[f32],
-        m: usize,
+        queries: &[f32],
+        pq: &ProductQuantizer,
         probes: &[Vec<ListRef<'_>>],
         ids: &[u64],
         alive: &Bitset,
@@ -161,13 +146,7 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     ) -> Vec<Vec<Cand>>;
 
     /// Salience of every row at turn `now`.
-    fn salience(
-        &self,
-        added: &[u64],
-        last_retrieved: &[u64],
-        now: u64,
-        params: &SalienceParams,
-    ) -> Vec<f32>;
+    fn salience(&self, added: &[u64], last_retrieved: &[u64], now: u64, params: &SalienceParams) -> Vec<f32>;
 
     /// The `count` live rows with the lowest score, lowest first (ties by id).
     fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32>;
@@ -195,9 +174,7 @@ impl Default for CpuCompute {
 impl CpuCompute {
     /// The CPU backend on a specific SIMD path (must be in [`Isa::available`]).
     pub fn with_isa(isa: Isa) -> Option<Self> {
-        Isa::available()
-            .contains(&isa)
-            .then_some(CpuCompute { isa })
+        Isa::available().contains(&isa).then_some(CpuCompute { isa })
     }
     /// The SIMD path in use.
     pub fn isa(&self) -> Isa {
@@ -218,6 +195,33 @@ const QB: usize = 48;
 const PB: usize = 16;
 
 impl CpuCompute {
+    /// Runs the tile kernel for the `nq` row-major queries `q` over panels
+    /// `p_lo..p_hi`, [`PB`] panels at a time, and hands each block to
+    /// `visit(row0, valid, tile, width)`: `tile[r * width + c]` is the score
+    /// of query `r` with row `row0 + c`, for `c < valid`.
+    fn for_each_tile(
+        &self,
+        q: &[f32],
+        nq: usize,
+        panels: &Panels,
+        p_lo: usize,
+        p_hi: usize,
+        mut visit: impl FnMut(usize, usize, &mut [f32], usize),
+    ) {
+        let n = panels.len();
+        let mut tile = vec![0f32; nq * PB * PANEL];
+        let mut scratch = Vec::new();
+        let mut p = p_lo;
+        while p < p_hi {
+            let np = (p_hi - p).min(PB);
+            let width = np * PANEL;
+            tile_scores(self.isa, q, nq, panels, p, np, &mut tile, &mut scratch);
+            let row0 = p * PANEL;
+            visit(row0, (n - row0).min(width), &mut tile, width);
+            p += np;
+        }
+    }
+
     /// Scans queries `q0..q0+nq` against panels `p_lo..p_hi` into `heaps`.
     #[allow(clippy::too_many_arguments)]
     fn scan_block(
@@ -231,17 +235,8 @@ impl CpuCompute {
         heaps: &mut [TopK],
     ) {
         let d = base.panels.dim();
-        let n = base.panels.len();
-        let mut out = vec![0f32; nq * PB * PANEL];
-        let mut scratch = Vec::new();
         let qs = &queries[q0 * d..(q0 + nq) * d];
-        let mut p = p_lo;
-        while p < p_hi {
-            let np = (p_hi - p).min(PB);
-            let width = np * PANEL;
-            tile_scores(self.isa, qs, nq, base.panels, p, np, &mut out, &mut scratch);
-            let row0 = p * PANEL;
-            let valid = (n - row0).min(width);
+        self.for_each_tile(qs, nq, base.panels, p_lo, p_hi, |row0, valid, out, width| {
             for (qi, heap) in heaps.iter_mut().enumerate() {
                 let scores = &mut out[qi * width..qi * width + valid];
                 if let Some(bias) = base.bias {
@@ -252,7 +247,7 @@ impl CpuCompute {
                 let mut thr = heap.threshold();
                 for (ci, chunk) in scores.chunks(PANEL).enumerate() {
                     // Most chunks hold nothing above the k-th best: one
-                    // vectorised max rejects them without per-score branches.
+                    // vectorised test rejects them without per-score branches.
                     if !any_ge(chunk, thr) {
                         continue;
                     }
@@ -271,8 +266,7 @@ impl CpuCompute {
                     }
                 }
             }
-            p += np;
-        }
+        });
     }
 }
 
@@ -322,9 +316,7 @@ impl Compute for CpuCompute {
             (2 * threads).div_ceil(qblocks).min(np.div_ceil(4)).max(1)
         };
         let per_split = np.div_ceil(splits);
-        let tasks: Vec<(usize, usize)> = (0..qblocks)
-            .flat_map(|qb| (0..splits).map(move |s| (qb, s)))
-            .collect();
+        let tasks: Vec<(usize, usize)> = (0..qblocks).flat_map(|qb| (0..splits).map(move |s| (qb, s))).collect();
         let partial: Vec<(usize, Vec<TopK>)> = tasks
             .into_par_iter()
             .map(|(qb, s)| {
@@ -350,53 +342,31 @@ impl Compute for CpuCompute {
 
     fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32> {
         let d = b.dim();
-        if d == 0 {
+        let nb = b.len();
+        if d == 0 || nb == 0 {
             return Vec::new();
         }
-        let na = a.len() / d;
-        let nb = b.len();
-        let np = b.panels();
-        let mut out = vec![0f32; na * nb];
-        out.par_chunks_mut(QB * nb.max(1))
-            .enumerate()
-            .for_each(|(blk, chunk)| {
-                let q0 = blk * QB;
-                let nq = chunk.len() / nb.max(1);
-                let mut tile = vec![0f32; nq * PB * PANEL];
-                let mut scratch = Vec::new();
-                let mut p = 0;
-                while p < np {
-                    let pn = (np - p).min(PB);
-                    let width = pn * PANEL;
-                    tile_scores(
-                        self.isa,
-                        &a[q0 * d..(q0 + nq) * d],
-                        nq,
-                        b,
-                        p,
-                        pn,
-                        &mut tile,
-                        &mut scratch,
-                    );
-                    let c0 = p * PANEL;
-                    let valid = (nb - c0).min(width);
+        let mut out = vec![0f32; a.len() / d * nb];
+        out.par_chunks_mut(QB * nb).enumerate().for_each(|(blk, chunk)| {
+            let q0 = blk * QB;
+            let nq = chunk.len() / nb;
+            self.for_each_tile(
+                &a[q0 * d..(q0 + nq) * d],
+                nq,
+                b,
+                0,
+                b.panels(),
+                |c0, valid, tile, width| {
                     for r in 0..nq {
-                        chunk[r * nb + c0..r * nb + c0 + valid]
-                            .copy_from_slice(&tile[r * width..r * width + valid]);
+                        chunk[r * nb + c0..r * nb + c0 + valid].copy_from_slice(&tile[r * width..r * width + valid]);
                     }
-                    p += pn;
-                }
-            });
+                },
+            );
+        });
         out
     }
 
-    fn cluster_sums(
-        &self,
-        points: &[f32],
-        dim: usize,
-        assign: &[u32],
-        k: usize,
-    ) -> (Vec<f32>, Vec<u32>) {
+    fn cluster_sums(&self, points: &[f32], dim: usize, assign: &[u32], k: usize) -> (Vec<f32>, Vec<u32>) {
         let chunk = 4096;
         points
             .par_chunks(chunk * dim)
@@ -430,47 +400,28 @@ impl Compute for CpuCompute {
             )
     }
 
-    fn cluster_distance_sums(
-        &self,
-        points: &Panels,
-        labels: &[u32],
-        k: usize,
-        metric: Metric,
-    ) -> Vec<f32> {
+    fn cluster_distance_sums(&self, points: &Panels, labels: &[u32], k: usize, metric: Metric) -> Vec<f32> {
         let n = points.len();
         let d = points.dim();
+        if n == 0 || d == 0 || k == 0 {
+            return Vec::new();
+        }
         let rows = points.to_rows();
-        let norms: Vec<f32> = rows
-            .chunks_exact(d.max(1))
-            .map(|r| r.iter().map(|x| x * x).sum())
-            .collect();
+        let norms: Vec<f32> = rows.chunks_exact(d).map(|r| r.iter().map(|x| x * x).sum()).collect();
         let mut out = vec![0f32; n * k];
-        out.par_chunks_mut(QB * k)
-            .enumerate()
-            .for_each(|(blk, chunk)| {
-                let q0 = blk * QB;
-                let nq = chunk.len() / k;
-                let np = points.panels();
-                let mut tile = vec![0f32; nq * PB * PANEL];
-                let mut scratch = Vec::new();
-                let mut p = 0;
-                while p < np {
-                    let pn = (np - p).min(PB);
-                    let width = pn * PANEL;
-                    tile_scores(
-                        self.isa,
-                        &rows[q0 * d..(q0 + nq) * d],
-                        nq,
-                        points,
-                        p,
-                        pn,
-                        &mut tile,
-                        &mut scratch,
-                    );
-                    let c0 = p * PANEL;
+        out.par_chunks_mut(QB * k).enumerate().for_each(|(blk, chunk)| {
+            let q0 = blk * QB;
+            let nq = chunk.len() / k;
+            self.for_each_tile(
+                &rows[q0 * d..(q0 + nq) * d],
+                nq,
+                points,
+                0,
+                points.panels(),
+                |c0, valid, tile, width| {
                     for r in 0..nq {
                         let i = q0 + r;
-                        for c in 0..(n - c0).min(width) {
+                        for c in 0..valid {
                             let j = c0 + c;
                             if i == j {
                                 continue;
@@ -486,33 +437,36 @@ impl Compute for CpuCompute {
                             }
                         }
                     }
-                    p += pn;
-                }
-            });
+                },
+            );
+        });
         out
     }
 
     fn adc_top_k(
         &self,
-        tables: &[f32],
-        m: usize,
+        queries: &[f32],
+        pq: &ProductQuantizer,
         probes: &[Vec<ListRef<'_>>],
         ids: &[u64],
         alive: &Bitset,
         k: usize,
     ) -> Vec<Vec<Cand>> {
-        let tsize = m * 256;
+        let m = pq.m();
         probes
             .par_iter()
-            .enumerate()
-            .map(|(qi, lists)| {
-                let lut = &tables[qi * tsize..(qi + 1) * tsize];
-                let mut heap = TopK::new(k);
-                for list in lists {
-                    adc_scan_list(lut, m, list, ids, alive, &mut heap);
-                }
-                heap.into_sorted()
-            })
+            .zip(queries.par_chunks_exact(pq.dim()))
+            .map_init(
+                || vec![0f32; m * 256],
+                |lut, (lists, q)| {
+                    pq.table_into(q, lut);
+                    let mut heap = TopK::new(k);
+                    for list in lists {
+                        adc_scan_list(lut, m, list, ids, alive, &mut heap);
+                    }
+                    heap.into_sorted()
+                },
+            )
             .collect()
     }
 
@@ -544,13 +498,7 @@ impl Compute for CpuCompute {
             .collect()
     }
 
-    fn salience(
-        &self,
-        added: &[u64],
-        last_retrieved: &[u64],
-        now: u64,
-        params: &SalienceParams,
-    ) -> Vec<f32> {
+    fn salience(&self, added: &[u64], last_retrieved: &[u64], now: u64, params: &SalienceParams) -> Vec<f32> {
         added
             .par_iter()
             .zip(last_retrieved.par_iter())
@@ -587,29 +535,25 @@ fn any_ge(chunk: &[f32], thr: f32) -> bool {
 
 /// Scans one inverted list with a lookup table, pushing live candidates.
 #[inline]
-pub(crate) fn adc_scan_list(
-    lut: &[f32],
-    m: usize,
-    list: &ListRef<'_>,
-    ids: &[u64],
-    alive: &Bitset,
-    heap: &mut TopK,
-) {
+pub(crate) fn adc_scan_list(lut: &[f32], m: usize, list: &ListRef<'_>, ids: &[u64], alive: &Bitset, heap: &mut TopK) {
+    // One 256-entry table per sub-quantizer: indexing an `[f32; 256]` with a
+    // `u8` needs no bounds check, and zipping tables with code bytes needs none
+    // either, so the loop is pure loads and adds.
+    let (tables, _) = lut[..m * 256].as_chunks::<256>();
     let mut thr = heap.threshold();
     for (code, &row) in list.codes.chunks_exact(m).zip(list.rows) {
         // Four independent partial sums break the add dependency chain.
         let mut acc = [0f32; 4];
-        let mut j = 0;
-        while j + 4 <= m {
-            acc[0] += lut[j * 256 + code[j] as usize];
-            acc[1] += lut[(j + 1) * 256 + code[j + 1] as usize];
-            acc[2] += lut[(j + 2) * 256 + code[j + 2] as usize];
-            acc[3] += lut[(j + 3) * 256 + code[j + 3] as usize];
-            j += 4;
+        let (quads, rest) = code.as_chunks::<4>();
+        let (tquads, trest) = tables.as_chunks::<4>();
+        for (c, t) in quads.iter().zip(tquads) {
+            acc[0] += t[0][c[0] as usize];
+            acc[1] += t[1][c[1] as usize];
+            acc[2] += t[2][c[2] as usize];
+            acc[3] += t[3][c[3] as usize];
         }
-        while j < m {
-            acc[0] += lut[j * 256 + code[j] as usize];
-            j += 1;
+        for (&c, t) in rest.iter().zip(trest) {
+            acc[0] += t[c as usize];
         }
         let s = list.bias + (acc[0] + acc[1]) + (acc[2] + acc[3]);
         if s >= thr && alive.get(row as usize) {

@@ -40,10 +40,7 @@ fn read_vecs(path: &Path, bytes: &[u8]) -> Result<(Vec<[u8; 4]>, usize, usize)> 
     if !bytes.len().is_multiple_of(rec) {
         return Err(perr(
             path,
-            format!(
-                "size {} is not a multiple of the {rec}-byte record",
-                bytes.len()
-            ),
+            format!("size {} is not a multiple of the {rec}-byte record", bytes.len()),
         ));
     }
     let n = bytes.len() / rec;
@@ -51,10 +48,7 @@ fn read_vecs(path: &Path, bytes: &[u8]) -> Result<(Vec<[u8; 4]>, usize, usize)> 
     for (i, r) in bytes.chunks_exact(rec).enumerate() {
         let di = i32::from_le_bytes([r[0], r[1], r[2], r[3]]);
         if di as usize != d {
-            return Err(perr(
-                path,
-                format!("record {i} has dimension {di}, expected {d}"),
-            ));
+            return Err(perr(path, format!("record {i} has dimension {di}, expected {d}")));
         }
         out.extend(r[4..].chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]));
     }
@@ -87,10 +81,7 @@ pub fn read_f32(path: &Path) -> Result<Matrix<f32>> {
                 cols,
             })
         }
-        e => Err(perr(
-            path,
-            format!("unknown extension `{e}` (expected .fvecs or .npy)"),
-        )),
+        e => Err(perr(path, format!("unknown extension `{e}` (expected .fvecs or .npy)"))),
     }
 }
 
@@ -101,10 +92,7 @@ pub fn read_i64(path: &Path) -> Result<Matrix<i64>> {
         "ivecs" => {
             let (raw, rows, cols) = read_vecs(path, &bytes)?;
             Ok(Matrix {
-                data: raw
-                    .into_iter()
-                    .map(|b| i32::from_le_bytes(b) as i64)
-                    .collect(),
+                data: raw.into_iter().map(|b| i32::from_le_bytes(b) as i64).collect(),
                 rows,
                 cols,
             })
@@ -121,18 +109,12 @@ pub fn read_i64(path: &Path) -> Result<Matrix<i64>> {
                     .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
                     .collect(),
                 _ => {
-                    return Err(perr(
-                        path,
-                        format!("dtype {dtype}; expected int32 or int64"),
-                    ));
+                    return Err(perr(path, format!("dtype {dtype}; expected int32 or int64")));
                 }
             };
             Ok(Matrix { data, rows, cols })
         }
-        e => Err(perr(
-            path,
-            format!("unknown extension `{e}` (expected .ivecs or .npy)"),
-        )),
+        e => Err(perr(path, format!("unknown extension `{e}` (expected .ivecs or .npy)"))),
     }
 }
 
@@ -156,8 +138,7 @@ fn parse_npy<'a>(path: &Path, b: &'a [u8]) -> Result<(String, usize, usize, &'a 
         .checked_add(hlen)
         .filter(|&e| e <= b.len())
         .ok_or_else(|| perr(path, "truncated header"))?;
-    let header =
-        std::str::from_utf8(&b[start..end]).map_err(|_| perr(path, "header is not UTF-8"))?;
+    let header = std::str::from_utf8(&b[start..end]).map_err(|_| perr(path, "header is not UTF-8"))?;
     let field = |key: &str| -> Option<&str> {
         let i = header.find(&format!("'{key}'"))?;
         let rest = &header[i + key.len() + 2..];
@@ -187,10 +168,7 @@ fn parse_npy<'a>(path: &Path, b: &'a [u8]) -> Result<(String, usize, usize, &'a 
         })
         .collect::<Result<_>>()?;
     if dims.len() != 2 {
-        return Err(perr(
-            path,
-            format!("expected a 2-D array, shape is ({shape})"),
-        ));
+        return Err(perr(path, format!("expected a 2-D array, shape is ({shape})")));
     }
     let elem = match descr {
         "<f4" | "<i4" => 4,
@@ -203,32 +181,30 @@ fn parse_npy<'a>(path: &Path, b: &'a [u8]) -> Result<(String, usize, usize, &'a 
         .and_then(|x| x.checked_mul(elem))
         .ok_or_else(|| perr(path, "shape overflows"))?;
     if body.len() != want {
-        return Err(perr(
-            path,
-            format!("body has {} bytes, shape needs {want}", body.len()),
-        ));
+        return Err(perr(path, format!("body has {} bytes, shape needs {want}", body.len())));
     }
     Ok((descr.to_string(), dims[0], dims[1], body))
 }
 
 /// Writes `rows × cols` floats as `.fvecs`.
 pub fn write_fvecs(path: &Path, data: &[f32], cols: usize) -> Result<()> {
-    let mut out = Vec::with_capacity(data.len() * 4 + data.len() / cols.max(1) * 4);
-    for r in data.chunks_exact(cols) {
-        out.extend_from_slice(&(cols as i32).to_le_bytes());
-        r.iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-    }
-    crate::io::write_atomic(path, &out)
+    write_vecs(path, data, cols, |x| x.to_le_bytes())
 }
 
 /// Writes `rows × cols` integers as `.ivecs`.
 pub fn write_ivecs(path: &Path, data: &[i32], cols: usize) -> Result<()> {
-    let mut out = Vec::with_capacity(data.len() * 4 + data.len() / cols.max(1) * 4);
+    write_vecs(path, data, cols, |x| x.to_le_bytes())
+}
+
+/// The `*vecs` layout: each row is its length (i32) and then its values.
+fn write_vecs<T: Copy>(path: &Path, data: &[T], cols: usize, le: impl Fn(T) -> [u8; 4]) -> Result<()> {
+    if cols == 0 {
+        return Err(Error::param("cols", "must be at least 1"));
+    }
+    let mut out = Vec::with_capacity(data.len() * 4 + data.len() / cols * 4);
     for r in data.chunks_exact(cols) {
         out.extend_from_slice(&(cols as i32).to_le_bytes());
-        r.iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+        r.iter().for_each(|&x| out.extend_from_slice(&le(x)));
     }
     crate::io::write_atomic(path, &out)
 }
@@ -260,12 +236,7 @@ pub fn clustered(cfg: &SynthConfig) -> Vec<f32> {
     let mut centres = vec![0f32; k * d];
     for c in centres.chunks_exact_mut(d) {
         c.iter_mut().for_each(|x| *x = rng.normal());
-        let n = c
-            .iter()
-            .map(|x| x * x)
-            .sum::<f32>()
-            .sqrt()
-            .max(f32::MIN_POSITIVE);
+        let n = c.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
         c.iter_mut().for_each(|x| *x /= n);
     }
     // Zipf-like weights 1/(i+1)^0.5.
@@ -287,12 +258,7 @@ pub fn clustered(cfg: &SynthConfig) -> Vec<f32> {
         for (x, m) in v.iter_mut().zip(centre) {
             *x = m + sigma * rng.normal();
         }
-        let n = v
-            .iter()
-            .map(|x| x * x)
-            .sum::<f32>()
-            .sqrt()
-            .max(f32::MIN_POSITIVE);
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
         v.iter_mut().for_each(|x| *x /= n);
     }
     out
@@ -346,8 +312,7 @@ mod tests {
     fn npy_float_and_int() {
         let dir = tempfile::tempdir().unwrap();
         let mk = |descr: &str, shape: &str, body: &[u8]| {
-            let mut h =
-                format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+            let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
             while (10 + h.len() + 1) % 64 != 0 {
                 h.push(' ');
             }

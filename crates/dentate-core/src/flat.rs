@@ -6,7 +6,6 @@ use crate::error::{Error, Result};
 use crate::index::{Index, check_search};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
 use crate::rows::RowTable;
-use crate::salience::SalienceParams;
 use crate::simd::{Floats, Panels};
 use crate::topk::Hit;
 use crate::vector::{Precision, check_add};
@@ -111,21 +110,16 @@ impl FlatIndex {
             return Err(Error::Corrupt("dimension 0".into()));
         }
         let precision = Precision::from_code(r.u8()?)?;
-        let len =
-            usize::try_from(r.u64()?).map_err(|_| Error::Corrupt("row count overflows".into()))?;
+        let len = usize::try_from(r.u64()?).map_err(|_| Error::Corrupt("row count overflows".into()))?;
         let data = match precision {
             Precision::F32 => Floats::F32(r.f32s()?),
             Precision::F16 => Floats::F16(r.f16s()?),
         };
-        let vectors = Panels::from_raw(dim, len, data).ok_or_else(|| {
-            Error::Corrupt("vector buffer does not match dimension × rows".into())
-        })?;
+        let vectors = Panels::from_raw(dim, len, data)
+            .ok_or_else(|| Error::Corrupt("vector buffer does not match dimension × rows".into()))?;
         let rows = RowTable::read(r)?;
         if rows.total() != len {
-            return Err(Error::Corrupt(format!(
-                "{} ids for {len} vectors",
-                rows.total()
-            )));
+            return Err(Error::Corrupt(format!("{} ids for {len} vectors", rows.total())));
         }
         Ok(FlatIndex {
             dim,
@@ -147,11 +141,9 @@ impl FlatIndex {
 }
 
 impl Index for FlatIndex {
+    crate::rows::row_table_ops!();
     fn dim(&self) -> usize {
         self.dim
-    }
-    fn len(&self) -> usize {
-        self.rows.live()
     }
     fn add(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
         if self.dim == 0 {
@@ -165,22 +157,13 @@ impl Index for FlatIndex {
         self.vectors.extend(&v);
         Ok(())
     }
-    fn remove(&mut self, ids: &[u64]) -> usize {
-        ids.iter().filter(|&&id| self.rows.remove(id)).count()
-    }
-    fn contains(&self, id: u64) -> bool {
-        self.rows.row_of(id).is_some()
-    }
     fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<Hit>>> {
         if self.dim == 0 {
             return Err(Error::param("dim", "must be at least 1"));
         }
         let q = check_search(self.len(), queries, self.dim, k)?;
         let res = self.compute.top_k(&q, self.base(), k);
-        Ok(res
-            .into_iter()
-            .map(|v| v.iter().map(|c| c.hit()).collect())
-            .collect())
+        Ok(res.into_iter().map(|v| v.iter().map(|c| c.hit()).collect()).collect())
     }
     fn compact(&mut self) {
         if self.rows.live() == self.rows.total() {
@@ -195,19 +178,6 @@ impl Index for FlatIndex {
     }
     fn memory_bytes(&self) -> usize {
         self.vectors.bytes() + self.rows.bytes()
-    }
-    fn turn(&self) -> u64 {
-        self.rows.turn
-    }
-    fn set_turn(&mut self, turn: u64) {
-        self.rows.turn = turn;
-    }
-    fn record_retrieval(&self, ids: &[u64], turn: u64) {
-        self.rows.record(ids, turn);
-    }
-    fn prune_lowest(&mut self, fraction: f64, params: &SalienceParams) -> Result<Vec<u64>> {
-        self.rows
-            .prune_lowest(fraction, params, self.compute.as_ref())
     }
     fn kind(&self) -> IndexKind {
         IndexKind::Flat

@@ -88,20 +88,17 @@ impl Writer {
     pub(crate) fn u32s(&mut self, v: &[u32]) {
         self.len_prefix(v.len());
         self.buf.reserve(v.len() * 4);
-        v.iter()
-            .for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
+        v.iter().for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
     }
     pub(crate) fn u64s(&mut self, v: &[u64]) {
         self.len_prefix(v.len());
         self.buf.reserve(v.len() * 8);
-        v.iter()
-            .for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
+        v.iter().for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
     }
     pub(crate) fn f32s(&mut self, v: &[f32]) {
         self.len_prefix(v.len());
         self.buf.reserve(v.len() * 4);
-        v.iter()
-            .for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
+        v.iter().for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
     }
     pub(crate) fn f16s(&mut self, v: &[f16]) {
         self.len_prefix(v.len());
@@ -241,8 +238,7 @@ pub fn open(bytes: &[u8]) -> Result<(IndexKind, Reader<'_>)> {
             bytes.len()
         )));
     }
-    let u32_at =
-        |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    let u32_at = |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
     let stored_h = u32_at(28);
     let computed_h = crc32fast::hash(&bytes[..28]);
     if stored_h != computed_h {
@@ -265,15 +261,10 @@ pub fn open(bytes: &[u8]) -> Result<(IndexKind, Reader<'_>)> {
     let len = u64::from_le_bytes(l);
     let have = (bytes.len() - HEADER_LEN) as u64;
     if have < len {
-        return Err(Error::Truncated(format!(
-            "payload has {have} of {len} bytes"
-        )));
+        return Err(Error::Truncated(format!("payload has {have} of {len} bytes")));
     }
     if have > len {
-        return Err(Error::Corrupt(format!(
-            "{} bytes after the payload",
-            have - len
-        )));
+        return Err(Error::Corrupt(format!("{} bytes after the payload", have - len)));
     }
     let payload = &bytes[HEADER_LEN..];
     let stored = u32_at(24);
@@ -285,13 +276,7 @@ pub fn open(bytes: &[u8]) -> Result<(IndexKind, Reader<'_>)> {
             computed,
         });
     }
-    Ok((
-        kind,
-        Reader {
-            buf: payload,
-            pos: 0,
-        },
-    ))
+    Ok((kind, Reader { buf: payload, pos: 0 }))
 }
 
 /// Reads the kind of index stored in a file image without parsing it.

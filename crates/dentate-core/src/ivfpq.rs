@@ -16,7 +16,6 @@ use crate::kmeans::{Init, KMeans, KMeansConfig};
 use crate::opq::{OpqConfig, OpqRotation};
 use crate::pq::{KSUB, PqTrainConfig, ProductQuantizer};
 use crate::rows::RowTable;
-use crate::salience::SalienceParams;
 use crate::simd::{Floats, Panels, RowMajor};
 use crate::topk::Hit;
 use crate::vector::{Bitset, Precision, batch_len, check_add, normalized};
@@ -120,10 +119,7 @@ impl IvfPqIndex {
             return Err(Error::param("dim", "must be at least 1"));
         }
         if cfg.nlist == 0 || cfg.nlist > MAX_NLIST {
-            return Err(Error::param(
-                "nlist",
-                format!("must be between 1 and {MAX_NLIST}"),
-            ));
+            return Err(Error::param("nlist", format!("must be between 1 and {MAX_NLIST}")));
         }
         if cfg.m == 0 || !dim.is_multiple_of(cfg.m) {
             return Err(Error::param(
@@ -185,17 +181,10 @@ impl IvfPqIndex {
         let x = normalized(data, self.dim)?;
         let c = self.compute.as_ref();
         let t0 = std::time::Instant::now();
-        let lap =
-            |what: &str| log::info!("train: {what} done at {:.2} s", t0.elapsed().as_secs_f64());
+        let lap = |what: &str| log::info!("train: {what} done at {:.2} s", t0.elapsed().as_secs_f64());
         let opq = if self.cfg.opq {
             stage("opq");
-            Some(OpqRotation::train(
-                &x,
-                self.dim,
-                self.cfg.m,
-                &self.cfg.opq_config,
-                c,
-            )?)
+            Some(OpqRotation::train(&x, self.dim, self.cfg.m, &self.cfg.opq_config, c)?)
         } else {
             None
         };
@@ -236,12 +225,7 @@ impl IvfPqIndex {
     }
 
     /// Searches with explicit settings.
-    pub fn search_with(
-        &self,
-        queries: &[f32],
-        k: usize,
-        params: IvfSearchParams,
-    ) -> Result<Vec<Vec<Hit>>> {
+    pub fn search_with(&self, queries: &[f32], k: usize, params: IvfSearchParams) -> Result<Vec<Vec<Hit>>> {
         let t = self.trained()?;
         let q = check_search(self.len(), queries, self.dim, k)?;
         if params.nprobe == 0 {
@@ -254,12 +238,15 @@ impl IvfPqIndex {
             ));
         }
         let c = self.compute.as_ref();
+        let t0 = std::time::Instant::now();
         let qr = match &t.opq {
             Some(r) => r.apply(&q, c),
             None => q.clone(),
         };
+        let t_rot = t0.elapsed();
         let nprobe = params.nprobe.min(self.cfg.nlist);
         let coarse = c.top_k(&qr, BaseRef::plain(&t.coarse), nprobe);
+        let t_coarse = t0.elapsed();
         let probes: Vec<Vec<ListRef<'_>>> = coarse
             .iter()
             .map(|lists| {
@@ -276,30 +263,28 @@ impl IvfPqIndex {
                     .collect()
             })
             .collect();
-        let tables = t.pq.tables(&qr, c);
+
         let shortlist = if params.rerank > 0 {
             k.saturating_mul(params.rerank)
         } else {
             k
         };
-        let cands = c.adc_top_k(
-            &tables,
-            t.pq.m(),
-            &probes,
-            &self.rows.ids,
-            &self.rows.alive,
-            shortlist,
-        );
+        let cands = c.adc_top_k(&qr, &t.pq, &probes, &self.rows.ids, &self.rows.alive, shortlist);
+        let t_scan = t0.elapsed();
         let out = match (&self.raw, params.rerank) {
             (Some(raw), r) if r > 0 => {
-                let rows: Vec<Vec<u32>> = cands
-                    .iter()
-                    .map(|v| v.iter().map(|c| c.row).collect())
-                    .collect();
+                let rows: Vec<Vec<u32>> = cands.iter().map(|v| v.iter().map(|c| c.row).collect()).collect();
                 c.rerank(&q, raw, &self.rows.ids, &rows, k)
             }
             _ => cands,
         };
+        log::debug!(
+            "search: rotate {:?}, coarse {:?}, tables + scan {:?}, rerank {:?}",
+            t_rot,
+            t_coarse - t_rot,
+            t_scan - t_coarse,
+            t0.elapsed() - t_scan
+        );
         Ok(out
             .into_iter()
             .map(|v| v.iter().take(k).map(|c| c.hit()).collect())
@@ -389,8 +374,7 @@ impl IvfPqIndex {
             seed,
             ..IvfPqConfig::new(nlist, m)
         };
-        let mut idx = IvfPqIndex::new(dim, cfg)
-            .map_err(|e| Error::Corrupt(format!("invalid settings: {e}")))?;
+        let mut idx = IvfPqIndex::new(dim, cfg).map_err(|e| Error::Corrupt(format!("invalid settings: {e}")))?;
         let bad = |what: &str| Error::Corrupt(format!("{what} has the wrong length"));
         match r.u8()? {
             0 => {}
@@ -407,9 +391,7 @@ impl IvfPqIndex {
                     x => return Err(Error::Corrupt(format!("OPQ flag {x}"))),
                 };
                 if rot.is_some() != opq {
-                    return Err(Error::Corrupt(
-                        "OPQ flag disagrees with the stored rotation".into(),
-                    ));
+                    return Err(Error::Corrupt("OPQ flag disagrees with the stored rotation".into()));
                 }
                 let coarse = r.f32s()?;
                 if coarse.len() != nlist * dim {
@@ -441,14 +423,12 @@ impl IvfPqIndex {
         }
         let raw = match store {
             None => None,
-            Some(Precision::F32) => Some(
-                RowMajor::from_raw(dim, Floats::F32(r.f32s()?))
-                    .ok_or_else(|| bad("re-rank store"))?,
-            ),
-            Some(Precision::F16) => Some(
-                RowMajor::from_raw(dim, Floats::F16(r.f16s()?))
-                    .ok_or_else(|| bad("re-rank store"))?,
-            ),
+            Some(Precision::F32) => {
+                Some(RowMajor::from_raw(dim, Floats::F32(r.f32s()?)).ok_or_else(|| bad("re-rank store"))?)
+            }
+            Some(Precision::F16) => {
+                Some(RowMajor::from_raw(dim, Floats::F16(r.f16s()?)).ok_or_else(|| bad("re-rank store"))?)
+            }
         };
         let rows = RowTable::read(r)?;
         let total = rows.total();
@@ -504,11 +484,9 @@ fn residuals(x: &[f32], dim: usize, centroids: &[f32], assign: &[u32]) -> Vec<f3
 }
 
 impl Index for IvfPqIndex {
+    crate::rows::row_table_ops!();
     fn dim(&self) -> usize {
         self.dim
-    }
-    fn len(&self) -> usize {
-        self.rows.live()
     }
     fn add(&mut self, ids: &[u64], vectors: &[f32]) -> Result<()> {
         let t = self.trained()?;
@@ -538,20 +516,10 @@ impl Index for IvfPqIndex {
         }
         Ok(())
     }
-    fn remove(&mut self, ids: &[u64]) -> usize {
-        ids.iter().filter(|&&id| self.rows.remove(id)).count()
-    }
-    fn contains(&self, id: u64) -> bool {
-        self.rows.row_of(id).is_some()
-    }
     fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<Hit>>> {
         let params = IvfSearchParams {
             nprobe: self.cfg.nprobe,
-            rerank: if self.raw.is_some() {
-                self.cfg.rerank
-            } else {
-                0
-            },
+            rerank: if self.raw.is_some() { self.cfg.rerank } else { 0 },
         };
         self.search_with(queries, k, params)
     }
@@ -582,30 +550,11 @@ impl Index for IvfPqIndex {
         write_atomic(path, &self.to_bytes())
     }
     fn memory_bytes(&self) -> usize {
-        let lists: usize = self
-            .lists
-            .iter()
-            .map(|l| l.rows.len() * 4 + l.codes.len())
-            .sum();
+        let lists: usize = self.lists.iter().map(|l| l.rows.len() * 4 + l.codes.len()).sum();
         let model = self.trained.as_ref().map_or(0, |t| {
-            t.coarse.bytes()
-                + t.pq.codebooks().len() * 4
-                + t.opq.as_ref().map_or(0, |r| r.matrix().len() * 4)
+            t.coarse.bytes() + t.pq.codebooks().len() * 4 + t.opq.as_ref().map_or(0, |r| r.matrix().len() * 4)
         });
         lists + model + self.raw.as_ref().map_or(0, |r| r.bytes()) + self.rows.bytes()
-    }
-    fn turn(&self) -> u64 {
-        self.rows.turn
-    }
-    fn set_turn(&mut self, turn: u64) {
-        self.rows.turn = turn;
-    }
-    fn record_retrieval(&self, ids: &[u64], turn: u64) {
-        self.rows.record(ids, turn);
-    }
-    fn prune_lowest(&mut self, fraction: f64, params: &SalienceParams) -> Result<Vec<u64>> {
-        self.rows
-            .prune_lowest(fraction, params, self.compute.as_ref())
     }
     fn kind(&self) -> IndexKind {
         IndexKind::IvfPq

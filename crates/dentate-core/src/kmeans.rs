@@ -75,11 +75,7 @@ impl KMeansConfig {
         self
     }
     fn metric(&self) -> Metric {
-        if self.spherical {
-            Metric::Cosine
-        } else {
-            Metric::L2
-        }
+        if self.spherical { Metric::Cosine } else { Metric::L2 }
     }
 }
 
@@ -104,12 +100,7 @@ pub struct KMeans {
 
 impl KMeans {
     /// Trains on row-major `data` (`n × dim`).
-    pub fn train(
-        data: &[f32],
-        dim: usize,
-        cfg: &KMeansConfig,
-        compute: &dyn Compute,
-    ) -> Result<KMeans> {
+    pub fn train(data: &[f32], dim: usize, cfg: &KMeansConfig, compute: &dyn Compute) -> Result<KMeans> {
         let n = batch_len(data, dim)?;
         if cfg.k == 0 {
             return Err(Error::param("k", "must be at least 1"));
@@ -118,10 +109,7 @@ impl KMeans {
             return Err(Error::NonFinite { row, col });
         }
         if n < cfg.k {
-            return Err(Error::InsufficientTrainingData {
-                needed: cfg.k,
-                got: n,
-            });
+            return Err(Error::InsufficientTrainingData { needed: cfg.k, got: n });
         }
         let mut rng = Rng::new(cfg.seed);
         let mut warnings = Vec::new();
@@ -152,10 +140,7 @@ impl KMeans {
         if cfg.spherical {
             normalize_rows(&mut centroids, dim);
         }
-        let sq_norms: Vec<f32> = pts
-            .chunks_exact(dim)
-            .map(|r| r.iter().map(|x| x * x).sum())
-            .collect();
+        let sq_norms: Vec<f32> = pts.chunks_exact(dim).map(|r| r.iter().map(|x| x * x).sum()).collect();
         let mut prev = f64::INFINITY;
         let mut objective = 0.0;
         let mut iterations = 0;
@@ -183,9 +168,7 @@ impl KMeans {
             for (c, &cnt) in counts.iter().enumerate() {
                 if cnt > 0 {
                     let inv = 1.0 / cnt as f32;
-                    centroids[c * dim..(c + 1) * dim]
-                        .iter_mut()
-                        .for_each(|x| *x *= inv);
+                    centroids[c * dim..(c + 1) * dim].iter_mut().for_each(|x| *x *= inv);
                 }
             }
             repair_empty(&mut centroids, dim, &mut sizes, &mut rng);
@@ -220,20 +203,14 @@ impl KMeans {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let metric = if self.spherical {
-            Metric::Cosine
-        } else {
-            Metric::L2
-        };
+        let metric = if self.spherical { Metric::Cosine } else { Metric::L2 };
         let panels = Panels::from_rows(&self.centroids, self.dim, Precision::F32);
         Ok(compute.assign(data, &panels, metric).0)
     }
 }
 
 fn first_non_finite(data: &[f32], dim: usize) -> Option<(usize, usize)> {
-    data.iter()
-        .position(|x| !x.is_finite())
-        .map(|i| (i / dim, i % dim))
+    data.iter().position(|x| !x.is_finite()).map(|i| (i / dim, i % dim))
 }
 
 pub(crate) fn gather(data: &[f32], dim: usize, idx: &[usize]) -> Vec<f32> {
@@ -289,14 +266,12 @@ fn plus_plus(pts: &[f32], dim: usize, k: usize, metric: Metric, rng: &mut Rng) -
             chosen
         };
         let c = pts[pick * dim..(pick + 1) * dim].to_vec();
-        best.par_iter_mut()
-            .zip(pts.par_chunks_exact(dim))
-            .for_each(|(b, p)| {
-                let d = dist(metric, p, &c);
-                if d < *b {
-                    *b = d;
-                }
-            });
+        best.par_iter_mut().zip(pts.par_chunks_exact(dim)).for_each(|(b, p)| {
+            let d = dist(metric, p, &c);
+            if d < *b {
+                *b = d;
+            }
+        });
         centers.extend_from_slice(&c);
     }
     centers
@@ -356,17 +331,11 @@ pub fn silhouette(
         return Err(Error::param("k", "silhouette needs at least 2 clusters"));
     }
     if let Some(&bad) = labels.iter().find(|&&l| l as usize >= k) {
-        return Err(Error::param(
-            "labels",
-            format!("label {bad} is not below k = {k}"),
-        ));
+        return Err(Error::param("labels", format!("label {bad} is not below k = {k}")));
     }
     let (pts, lab): (Vec<f32>, Vec<u32>) = if n > sample.max(2) {
         let idx = Rng::new(seed).sample_indices(n, sample.max(2));
-        (
-            gather(data, dim, &idx),
-            idx.iter().map(|&i| labels[i]).collect(),
-        )
+        (gather(data, dim, &idx), idx.iter().map(|&i| labels[i]).collect())
     } else {
         (data.to_vec(), labels.to_vec())
     };
@@ -455,9 +424,5 @@ pub fn choose_k(
         }
     }
     let (best_k, _, model) = best.ok_or(Error::EmptyIndex)?;
-    Ok(ChooseK {
-        best_k,
-        scores,
-        model,
-    })
+    Ok(ChooseK { best_k, scores, model })
 }

@@ -8,8 +8,7 @@
 
 use crate::compute::Compute;
 use crate::error::{Error, Result};
-use crate::kmeans::gather;
-use crate::pq::{PqTrainConfig, ProductQuantizer};
+use crate::pq::{PqTrainConfig, ProductQuantizer, check_m, sample_rows};
 use crate::rng::Rng;
 use crate::simd::Panels;
 use crate::vector::{Precision, batch_len};
@@ -54,27 +53,17 @@ pub struct OpqRotation {
 
 impl OpqRotation {
     /// Learns a rotation for `m` sub-quantizers on row-major `data`.
-    pub fn train(
-        data: &[f32],
-        dim: usize,
-        m: usize,
-        cfg: &OpqConfig,
-        compute: &dyn Compute,
-    ) -> Result<Self> {
-        let n = batch_len(data, dim)?;
-        if m == 0 || !dim.is_multiple_of(m) {
-            return Err(Error::param(
-                "m",
-                format!("{m} does not divide the dimension {dim}"),
-            ));
-        }
+    pub fn train(data: &[f32], dim: usize, m: usize, cfg: &OpqConfig, compute: &dyn Compute) -> Result<Self> {
+        batch_len(data, dim)?;
+        check_m(dim, m)?;
         let mut rng = Rng::new(cfg.seed);
         let sample;
-        let x = if n > cfg.max_train {
-            sample = gather(data, dim, &rng.sample_indices(n, cfg.max_train));
-            &sample[..]
-        } else {
-            data
+        let x = match sample_rows(data, dim, cfg.max_train, &mut rng) {
+            Some(s) => {
+                sample = s;
+                &sample[..]
+            }
+            None => data,
         };
         let n = x.len() / dim;
         // Random orthogonal start: the orthogonal factor of a Gaussian matrix.
@@ -117,11 +106,7 @@ impl OpqRotation {
     /// Wraps a row-major orthogonal matrix.
     pub(crate) fn from_matrix(dim: usize, rotation: Vec<f32>) -> Self {
         let panels = Panels::from_rows(&rotation, dim, Precision::F32);
-        OpqRotation {
-            dim,
-            rotation,
-            panels,
-        }
+        OpqRotation { dim, rotation, panels }
     }
 
     /// Dimension.
@@ -149,7 +134,5 @@ fn orthogonal_factor(a: &[f32], dim: usize) -> Result<Vec<f32>> {
         reason: format!("SVD did not converge: {e:?}"),
     })?;
     let q: Mat<f64> = svd.U() * svd.V().transpose();
-    Ok((0..dim * dim)
-        .map(|k| q[(k / dim, k % dim)] as f32)
-        .collect())
+    Ok((0..dim * dim).map(|k| q[(k / dim, k % dim)] as f32).collect())
 }

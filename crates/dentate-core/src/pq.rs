@@ -6,6 +6,7 @@ use crate::kmeans::{KMeans, KMeansConfig, gather};
 use crate::rng::Rng;
 use crate::simd::Panels;
 use crate::vector::{Precision, batch_len};
+use rayon::prelude::*;
 
 /// Centroids per sub-quantizer (8-bit codes).
 pub const KSUB: usize = 256;
@@ -47,36 +48,19 @@ impl Default for PqTrainConfig {
 impl ProductQuantizer {
     /// Trains on row-major `data`. `dim` must be divisible by `m`, and there
     /// must be at least 256 training vectors.
-    pub fn train(
-        data: &[f32],
-        dim: usize,
-        m: usize,
-        cfg: &PqTrainConfig,
-        compute: &dyn Compute,
-    ) -> Result<Self> {
+    pub fn train(data: &[f32], dim: usize, m: usize, cfg: &PqTrainConfig, compute: &dyn Compute) -> Result<Self> {
         let n = batch_len(data, dim)?;
-        if m == 0 || !dim.is_multiple_of(m) {
-            return Err(Error::param(
-                "m",
-                format!("{m} does not divide the dimension {dim}"),
-            ));
-        }
+        check_m(dim, m)?;
         if n < KSUB {
-            return Err(Error::InsufficientTrainingData {
-                needed: KSUB,
-                got: n,
-            });
+            return Err(Error::InsufficientTrainingData { needed: KSUB, got: n });
         }
         let sample;
-        let data = if n > cfg.max_train {
-            sample = gather(
-                data,
-                dim,
-                &Rng::new(cfg.seed).sample_indices(n, cfg.max_train),
-            );
-            &sample[..]
-        } else {
-            data
+        let data = match sample_rows(data, dim, cfg.max_train, &mut Rng::new(cfg.seed)) {
+            Some(s) => {
+                sample = s;
+                &sample[..]
+            }
+            None => data,
         };
         let dsub = dim / m;
         let mut codebooks = Vec::with_capacity(m * KSUB * dsub);
@@ -107,13 +91,7 @@ impl ProductQuantizer {
     pub(crate) fn from_codebooks(dim: usize, m: usize, codebooks: Vec<f32>) -> Self {
         let dsub = dim / m;
         let panels = (0..m)
-            .map(|j| {
-                Panels::from_rows(
-                    &codebooks[j * KSUB * dsub..(j + 1) * KSUB * dsub],
-                    dsub,
-                    Precision::F32,
-                )
-            })
+            .map(|j| Panels::from_rows(&codebooks[j * KSUB * dsub..(j + 1) * KSUB * dsub], dsub, Precision::F32))
             .collect();
         ProductQuantizer {
             dim,
@@ -170,19 +148,25 @@ impl ProductQuantizer {
 
     /// Lookup tables for a batch of queries: `nq × m × 256` inner products
     /// of each query sub-vector with each codeword.
-    pub fn tables(&self, queries: &[f32], compute: &dyn Compute) -> Vec<f32> {
-        let nq = queries.len() / self.dim;
-        let dsub = self.dsub();
-        let mut out = vec![0f32; nq * self.m * KSUB];
-        for j in 0..self.m {
-            let sub = sub_vectors(queries, self.dim, dsub, j);
-            let t = compute.matmul_nt(&sub, &self.panels[j]);
-            for q in 0..nq {
-                out[(q * self.m + j) * KSUB..(q * self.m + j + 1) * KSUB]
-                    .copy_from_slice(&t[q * KSUB..(q + 1) * KSUB]);
-            }
-        }
+    pub fn tables(&self, queries: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; queries.len() / self.dim * self.m * KSUB];
+        out.par_chunks_mut(self.m * KSUB)
+            .zip(queries.par_chunks_exact(self.dim))
+            .for_each(|(t, q)| self.table_into(q, t));
         out
+    }
+
+    /// The lookup table of one query, written into `table` (`m × 256`).
+    /// Search builds it per query in a reused buffer that stays in cache.
+    pub fn table_into(&self, query: &[f32], table: &mut [f32]) {
+        let isa = crate::simd::Isa::active();
+        for (j, (tj, qj)) in table
+            .chunks_exact_mut(KSUB)
+            .zip(query.chunks_exact(self.dsub()))
+            .enumerate()
+        {
+            crate::simd::panel_dots(isa, qj, &self.panels[j], tj);
+        }
     }
 
     /// Approximate inner product of a query (through its table) with a code.
@@ -192,6 +176,20 @@ impl ProductQuantizer {
             .map(|(j, &c)| table[j * KSUB + c as usize])
             .sum()
     }
+}
+
+/// Fails unless `m ≥ 1` sub-quantizers split `dim` evenly.
+pub(crate) fn check_m(dim: usize, m: usize) -> Result<()> {
+    if m == 0 || !dim.is_multiple_of(m) {
+        return Err(Error::param("m", format!("{m} does not divide the dimension {dim}")));
+    }
+    Ok(())
+}
+
+/// A random sample of `max` rows when there are more, else `None`.
+pub(crate) fn sample_rows(data: &[f32], dim: usize, max: usize, rng: &mut Rng) -> Option<Vec<f32>> {
+    let n = data.len() / dim;
+    (n > max).then(|| gather(data, dim, &rng.sample_indices(n, max)))
 }
 
 /// Sub-vector `j` (columns `j*dsub .. (j+1)*dsub`) of every row, contiguous.

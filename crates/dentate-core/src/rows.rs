@@ -92,17 +92,9 @@ impl RowTable {
         }
     }
     /// Removes the `ceil(fraction × live)` least salient live rows; returns their ids.
-    pub fn prune_lowest(
-        &mut self,
-        fraction: f64,
-        params: &SalienceParams,
-        compute: &dyn Compute,
-    ) -> Result<Vec<u64>> {
+    pub fn prune_lowest(&mut self, fraction: f64, params: &SalienceParams, compute: &dyn Compute) -> Result<Vec<u64>> {
         if !(0.0..=1.0).contains(&fraction) || fraction.is_nan() {
-            return Err(Error::param(
-                "fraction",
-                format!("{fraction} is not within [0, 1]"),
-            ));
+            return Err(Error::param("fraction", format!("{fraction} is not within [0, 1]")));
         }
         let count = (fraction * self.live() as f64).ceil() as usize;
         if count == 0 {
@@ -144,12 +136,7 @@ impl RowTable {
         for _ in 0..self.ids.len() {
             self.alive.push(true);
         }
-        self.pos = self
-            .ids
-            .iter()
-            .enumerate()
-            .map(|(r, &id)| (id, r as u32))
-            .collect();
+        self.pos = self.ids.iter().enumerate().map(|(r, &id)| (id, r as u32)).collect();
         self.epoch += 1;
         map
     }
@@ -165,9 +152,7 @@ impl RowTable {
         w.u64s(self.alive.words());
         w.u64s(self.salience.added());
         w.u64s(&self.salience.last_retrieved());
-        let counts: Vec<u32> = (0..self.ids.len())
-            .map(|r| self.salience.retrievals(r))
-            .collect();
+        let counts: Vec<u32> = (0..self.ids.len()).map(|r| self.salience.retrievals(r)).collect();
         w.u32s(&counts);
     }
 
@@ -182,9 +167,7 @@ impl RowTable {
         let last = r.u64s()?;
         let counts = r.u32s()?;
         if added.len() != n || last.len() != n || counts.len() != n {
-            return Err(Error::Corrupt(
-                "salience arrays do not match row count".into(),
-            ));
+            return Err(Error::Corrupt("salience arrays do not match row count".into()));
         }
         let mut salience = SalienceLog::default();
         for i in 0..n {
@@ -207,3 +190,36 @@ impl RowTable {
         })
     }
 }
+
+/// The `Index` methods that only touch the row table, shared by every index
+/// type (each has `rows: RowTable` and `compute: Arc<dyn Compute>` fields).
+macro_rules! row_table_ops {
+    () => {
+        fn len(&self) -> usize {
+            self.rows.live()
+        }
+        fn remove(&mut self, ids: &[u64]) -> usize {
+            ids.iter().filter(|&&id| self.rows.remove(id)).count()
+        }
+        fn contains(&self, id: u64) -> bool {
+            self.rows.row_of(id).is_some()
+        }
+        fn turn(&self) -> u64 {
+            self.rows.turn
+        }
+        fn set_turn(&mut self, turn: u64) {
+            self.rows.turn = turn;
+        }
+        fn record_retrieval(&self, ids: &[u64], turn: u64) {
+            self.rows.record(ids, turn);
+        }
+        fn prune_lowest(
+            &mut self,
+            fraction: f64,
+            params: &crate::salience::SalienceParams,
+        ) -> crate::error::Result<Vec<u64>> {
+            self.rows.prune_lowest(fraction, params, self.compute.as_ref())
+        }
+    };
+}
+pub(crate) use row_table_ops;

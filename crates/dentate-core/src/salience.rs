@@ -122,10 +122,7 @@ impl SalienceLog {
     }
     /// Last retrieval turn of each row ([`NEVER`] if none).
     pub fn last_retrieved(&self) -> Vec<u64> {
-        self.last
-            .iter()
-            .map(|a| a.load(Ordering::Relaxed))
-            .collect()
+        self.last.iter().map(|a| a.load(Ordering::Relaxed)).collect()
     }
     /// Retrieval count of `row`.
     pub fn retrievals(&self, row: usize) -> u32 {

@@ -59,10 +59,7 @@ impl Isa {
         v.push(Isa::Neon);
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-            {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") {
                 v.push(Isa::Avx2);
                 if is_x86_feature_detected!("avx512f") {
                     v.push(Isa::Avx512);
@@ -85,10 +82,7 @@ impl Isa {
                     .copied()
                     .find(|i| i.name().starts_with(want.trim()))
                     .unwrap_or_else(|| {
-                        log::warn!(
-                            "DENTATE_SIMD={want} is not available here; using {}",
-                            best.name()
-                        );
+                        log::warn!("DENTATE_SIMD={want} is not available here; using {}", best.name());
                         best
                     }),
                 Err(_) => best,
@@ -483,16 +477,10 @@ pub fn tile_scores(
             x86::tiles_f16_avx512(queries, nq, d, &v[start..end], np, out, width)
         },
         #[cfg(target_arch = "x86_64")]
-        (Floats::F32(v), Isa::Avx2) => unsafe {
-            x86::tiles_f32_avx2(queries, nq, d, &v[start..end], np, out, width)
-        },
+        (Floats::F32(v), Isa::Avx2) => unsafe { x86::tiles_f32_avx2(queries, nq, d, &v[start..end], np, out, width) },
         #[cfg(target_arch = "x86_64")]
-        (Floats::F16(v), Isa::Avx2) => unsafe {
-            x86::tiles_f16_avx2(queries, nq, d, &v[start..end], np, out, width)
-        },
-        (Floats::F32(v), isa) => {
-            tiles_portable(isa, queries, nq, d, &v[start..end], np, out, width)
-        }
+        (Floats::F16(v), Isa::Avx2) => unsafe { x86::tiles_f16_avx2(queries, nq, d, &v[start..end], np, out, width) },
+        (Floats::F32(v), isa) => tiles_portable(isa, queries, nq, d, &v[start..end], np, out, width),
         (Floats::F16(v), isa) => {
             scratch.clear();
             scratch.extend(v[start..end].iter().map(|h| h.to_f32()));
@@ -502,16 +490,7 @@ pub fn tile_scores(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn tiles_portable(
-    isa: Isa,
-    q: &[f32],
-    nq: usize,
-    d: usize,
-    p: &[f32],
-    np: usize,
-    out: &mut [f32],
-    width: usize,
-) {
+fn tiles_portable(isa: Isa, q: &[f32], nq: usize, d: usize, p: &[f32], np: usize, out: &mut [f32], width: usize) {
     #[cfg(target_arch = "aarch64")]
     if isa == Isa::Neon {
         // SAFETY: NEON is part of the aarch64 baseline.
@@ -539,8 +518,7 @@ fn tiles_portable(
                 }
             }
             for r in 0..qr {
-                out[(q0 + r) * width + pi * PANEL..(q0 + r) * width + (pi + 1) * PANEL]
-                    .copy_from_slice(&acc[r]);
+                out[(q0 + r) * width + pi * PANEL..(q0 + r) * width + (pi + 1) * PANEL].copy_from_slice(&acc[r]);
             }
         }
     }
@@ -559,12 +537,7 @@ fn tiles_portable(
 /// dimension-major block, so each centroid costs `dim` broadcast-FMAs and
 /// one compare-and-blend for all sixteen, and the running best never leaves
 /// registers.
-pub fn argmax_rows(
-    isa: Isa,
-    queries: &[f32],
-    panels: &Panels,
-    bias: Option<&[f32]>,
-) -> (Vec<u32>, Vec<f32>) {
+pub fn argmax_rows(isa: Isa, queries: &[f32], panels: &Panels, bias: Option<&[f32]>) -> (Vec<u32>, Vec<f32>) {
     let d = panels.dim;
     let n = panels.len;
     let nq = queries.len().checked_div(d).unwrap_or(0);
@@ -585,13 +558,9 @@ pub fn argmax_rows(
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: produced only after runtime detection.
-        Isa::Avx512 => unsafe {
-            x86::argmax_avx512(queries, d, &centroids, bias, &mut rows, &mut scores)
-        },
+        Isa::Avx512 => unsafe { x86::argmax_avx512(queries, d, &centroids, bias, &mut rows, &mut scores) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe {
-            x86::argmax_avx2(queries, d, &centroids, bias, &mut rows, &mut scores)
-        },
+        Isa::Avx2 => unsafe { x86::argmax_avx2(queries, d, &centroids, bias, &mut rows, &mut scores) },
         _ => argmax_generic(queries, d, &centroids, bias, &mut rows, &mut scores),
     }
     (rows, scores)
@@ -600,14 +569,7 @@ pub fn argmax_rows(
 /// Portable body of [`argmax_rows`]; the per-ISA wrappers recompile it with
 /// wider vector features so the 16-lane loops become single instructions.
 #[inline(always)]
-fn argmax_generic(
-    q: &[f32],
-    d: usize,
-    c: &[f32],
-    bias: &[f32],
-    rows: &mut [u32],
-    scores: &mut [f32],
-) {
+fn argmax_generic(q: &[f32], d: usize, c: &[f32], bias: &[f32], rows: &mut [u32], scores: &mut [f32]) {
     let nq = q.len() / d;
     let mut qt = vec![0f32; d * PANEL];
     for q0 in (0..nq).step_by(PANEL) {
@@ -637,6 +599,42 @@ fn argmax_generic(
         }
         rows[q0..q0 + m].copy_from_slice(&best_row[..m]);
         scores[q0..q0 + m].copy_from_slice(&best[..m]);
+    }
+}
+
+/// Inner products of one vector `q` with every row of f32 `panels`, written
+/// to `out[..panels.len()]`. The shape of PQ lookup tables: 256 short rows,
+/// one query at a time, no selection.
+pub fn panel_dots(isa: Isa, q: &[f32], panels: &Panels, out: &mut [f32]) {
+    let Floats::F32(p) = &panels.data else {
+        for (i, o) in out.iter_mut().enumerate().take(panels.len) {
+            *o = panels.dot_row(i, q);
+        }
+        return;
+    };
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: produced only after runtime detection.
+        Isa::Avx512 => unsafe { x86::panel_dots_avx512(q, panels.dim, p, panels.len, out) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::panel_dots_avx2(q, panels.dim, p, panels.len, out) },
+        _ => panel_dots_generic(q, panels.dim, p, panels.len, out),
+    }
+}
+
+#[inline(always)]
+fn panel_dots_generic(q: &[f32], d: usize, p: &[f32], n: usize, out: &mut [f32]) {
+    for (pi, panel) in p.chunks_exact(PANEL * d).enumerate() {
+        let mut acc = [0f32; PANEL];
+        for (j, &x) in q.iter().enumerate().take(d) {
+            let col = &panel[j * PANEL..(j + 1) * PANEL];
+            for l in 0..PANEL {
+                acc[l] += x * col[l];
+            }
+        }
+        let lo = pi * PANEL;
+        let hi = (lo + PANEL).min(n);
+        out[lo..hi].copy_from_slice(&acc[..hi - lo]);
     }
 }
 
@@ -671,6 +669,16 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn panel_dots_avx512(q: &[f32], d: usize, p: &[f32], n: usize, out: &mut [f32]) {
+        super::panel_dots_generic(q, d, p, n, out)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn panel_dots_avx2(q: &[f32], d: usize, p: &[f32], n: usize, out: &mut [f32]) {
+        super::panel_dots_generic(q, d, p, n, out)
+    }
+
+    #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len();
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
@@ -688,11 +696,7 @@ mod x86 {
                 i += 64;
             }
             while i + 16 <= n {
-                acc[0] = _mm512_fmadd_ps(
-                    _mm512_loadu_ps(pa.add(i)),
-                    _mm512_loadu_ps(pb.add(i)),
-                    acc[0],
-                );
+                acc[0] = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), acc[0]);
                 i += 16;
             }
             if i < n {
@@ -726,11 +730,7 @@ mod x86 {
                 i += 32;
             }
             while i + 8 <= n {
-                acc[0] = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(pa.add(i)),
-                    _mm256_loadu_ps(pb.add(i)),
-                    acc[0],
-                );
+                acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
                 i += 8;
             }
         }
@@ -834,13 +834,7 @@ mod x86 {
 
     /// QR queries × one panel (two 8-lane halves), AVX2.
     #[inline(always)]
-    unsafe fn kern256<T: Lanes16, const QR: usize>(
-        q: *const f32,
-        d: usize,
-        p: *const T,
-        out: *mut f32,
-        width: usize,
-    ) {
+    unsafe fn kern256<T: Lanes16, const QR: usize>(q: *const f32, d: usize, p: *const T, out: *mut f32, width: usize) {
         unsafe {
             let mut acc = [[_mm256_setzero_ps(); 2]; QR];
             for j in 0..d {
@@ -873,15 +867,7 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tiles512<T: Lanes16>(
-        q: &[f32],
-        nq: usize,
-        d: usize,
-        p: &[T],
-        np: usize,
-        out: &mut [f32],
-        width: usize,
-    ) {
+    unsafe fn tiles512<T: Lanes16>(q: &[f32], nq: usize, d: usize, p: &[T], np: usize, out: &mut [f32], width: usize) {
         const { assert!(QR_MAX == 6) };
         let (qp, pp, op) = (q.as_ptr(), p.as_ptr(), out.as_mut_ptr());
         let mut pi = 0;
@@ -893,11 +879,7 @@ mod x86 {
                 // SAFETY: q0 + qr <= nq rows of d queries; pi (+1) < np panels;
                 // out has nq rows of `width`.
                 unsafe {
-                    let (qa, pa, oa) = (
-                        qp.add(q0 * d),
-                        pp.add(pi * PANEL * d),
-                        op.add(q0 * width + pi * PANEL),
-                    );
+                    let (qa, pa, oa) = (qp.add(q0 * d), pp.add(pi * PANEL * d), op.add(q0 * width + pi * PANEL));
                     macro_rules! call {
                         ($n:literal, $np:literal) => {
                             kern512::<T, $n, $np>(qa, d, pa, oa, width)
@@ -916,15 +898,7 @@ mod x86 {
     }
 
     #[inline(always)]
-    unsafe fn tiles256<T: Lanes16>(
-        q: &[f32],
-        nq: usize,
-        d: usize,
-        p: &[T],
-        np: usize,
-        out: &mut [f32],
-        width: usize,
-    ) {
+    unsafe fn tiles256<T: Lanes16>(q: &[f32], nq: usize, d: usize, p: &[T], np: usize, out: &mut [f32], width: usize) {
         let (qp, pp, op) = (q.as_ptr(), p.as_ptr(), out.as_mut_ptr());
         for pi in 0..np {
             let mut q0 = 0;
@@ -932,11 +906,7 @@ mod x86 {
                 let qr = (nq - q0).min(QR_MAX);
                 // SAFETY: as in tiles512.
                 unsafe {
-                    let (qa, pa, oa) = (
-                        qp.add(q0 * d),
-                        pp.add(pi * PANEL * d),
-                        op.add(q0 * width + pi * PANEL),
-                    );
+                    let (qa, pa, oa) = (qp.add(q0 * d), pp.add(pi * PANEL * d), op.add(q0 * width + pi * PANEL));
                     macro_rules! call {
                         ($n:literal,) => {
                             kern256::<T, $n>(qa, d, pa, oa, width)
@@ -1012,11 +982,7 @@ mod arm {
             let mut acc = [vdupq_n_f32(0.0); 4];
             while i + 16 <= n {
                 for (u, a) in acc.iter_mut().enumerate() {
-                    *a = vfmaq_f32(
-                        *a,
-                        vld1q_f32(pa.add(i + 4 * u)),
-                        vld1q_f32(pb.add(i + 4 * u)),
-                    );
+                    *a = vfmaq_f32(*a, vld1q_f32(pa.add(i + 4 * u)), vld1q_f32(pb.add(i + 4 * u)));
                 }
                 i += 16;
             }
@@ -1109,8 +1075,7 @@ mod wasm {
                     }
                 }
                 for r in 0..qr {
-                    let o = &mut out
-                        [(q0 + r) * width + pi * PANEL..(q0 + r) * width + (pi + 1) * PANEL];
+                    let o = &mut out[(q0 + r) * width + pi * PANEL..(q0 + r) * width + (pi + 1) * PANEL];
                     for h in 0..4 {
                         let a = acc[r][h];
                         o[4 * h] = f32x4_extract_lane::<0>(a);
@@ -1143,10 +1108,7 @@ mod tests {
             let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
             for isa in Isa::available() {
                 let got = dot_with(isa, &a, &b);
-                assert!(
-                    (got as f64 - want).abs() < 1e-3,
-                    "{isa:?} n={n}: {got} vs {want}"
-                );
+                assert!((got as f64 - want).abs() < 1e-3, "{isa:?} n={n}: {got} vs {want}");
                 let ah: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
                 let wh: f64 = ah.iter().zip(&b).map(|(x, y)| x.to_f64() * *y as f64).sum();
                 let gh = dot_f16_with(isa, &ah, &b);
@@ -1158,13 +1120,7 @@ mod tests {
     #[test]
     fn tiles_match_naive_on_every_path_and_precision() {
         let mut r = Rng::new(9);
-        for &(nq, n, d) in &[
-            (1, 1, 1),
-            (7, 37, 5),
-            (13, 64, 24),
-            (6, 100, 384),
-            (11, 33, 17),
-        ] {
+        for &(nq, n, d) in &[(1, 1, 1), (7, 37, 5), (13, 64, 24), (6, 100, 384), (11, 33, 17)] {
             let q = rand_vec(&mut r, nq * d);
             let rows = rand_vec(&mut r, n * d);
             for prec in [Precision::F32, Precision::F16] {
@@ -1179,10 +1135,7 @@ mod tests {
                         for i in 0..n {
                             let want = p.dot_row(i, &q[qi * d..(qi + 1) * d]);
                             let got = out[qi * width + i];
-                            assert!(
-                                (got - want).abs() < 1e-3 * (d as f32).sqrt(),
-                                "{isa:?} {prec:?}"
-                            );
+                            assert!((got - want).abs() < 1e-3 * (d as f32).sqrt(), "{isa:?} {prec:?}");
                         }
                         for i in n..width {
                             assert_eq!(out[qi * width + i], 0.0);
@@ -1206,29 +1159,38 @@ mod tests {
                 rows[17 * d..18 * d].copy_from_slice(&dup);
             }
             let bias: Vec<f32> = (0..n)
-                .map(|i| {
-                    if i == 17 || i == 3 {
-                        0.0
-                    } else {
-                        -0.01 * i as f32
-                    }
-                })
+                .map(|i| if i == 17 || i == 3 { 0.0 } else { -0.01 * i as f32 })
                 .collect();
             let p = Panels::from_rows(&rows, d, Precision::F32);
             for isa in Isa::available() {
                 let (got_r, got_s) = argmax_rows(isa, &q, &p, Some(&bias));
                 for qi in 0..nq {
                     let qv = &q[qi * d..(qi + 1) * d];
-                    let sc =
-                        |i: usize| bias[i] + (0..d).map(|j| qv[j] * rows[i * d + j]).sum::<f32>();
+                    let sc = |i: usize| bias[i] + (0..d).map(|j| qv[j] * rows[i * d + j]).sum::<f32>();
                     let want = (0..n).fold(0, |b, i| if sc(i) > sc(b) + 1e-5 { i } else { b });
                     assert!((got_s[qi] - sc(want)).abs() < 1e-4, "{isa:?}");
                     assert!(
-                        got_r[qi] as usize == want
-                            || (sc(got_r[qi] as usize) - sc(want)).abs() < 1e-5,
+                        got_r[qi] as usize == want || (sc(got_r[qi] as usize) - sc(want)).abs() < 1e-5,
                         "{isa:?}"
                     );
                     assert_ne!(got_r[qi], 17, "tie must go to row 3");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn panel_dots_match_naive() {
+        let mut r = Rng::new(13);
+        for &(n, d) in &[(1, 1), (256, 8), (37, 5), (256, 24)] {
+            let q = rand_vec(&mut r, d);
+            let rows = rand_vec(&mut r, n * d);
+            let p = Panels::from_rows(&rows, d, Precision::F32);
+            for isa in Isa::available() {
+                let mut out = vec![f32::NAN; n];
+                panel_dots(isa, &q, &p, &mut out);
+                for (i, o) in out.iter().enumerate() {
+                    assert!((o - p.dot_row(i, &q)).abs() < 1e-4, "{isa:?}");
                 }
             }
         }

@@ -62,9 +62,7 @@ impl PartialOrd for Worst {
 impl Ord for Worst {
     fn cmp(&self, o: &Self) -> Ordering {
         // Lower score = "greater" (worse); on equal scores, larger id is worse.
-        o.0.score
-            .total_cmp(&self.0.score)
-            .then(self.0.id.cmp(&o.0.id))
+        o.0.score.total_cmp(&self.0.score).then(self.0.id.cmp(&o.0.id))
     }
 }
 

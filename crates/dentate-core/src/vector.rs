@@ -43,10 +43,7 @@ impl std::str::FromStr for Precision {
         match s {
             "f32" => Ok(Precision::F32),
             "f16" => Ok(Precision::F16),
-            _ => Err(Error::param(
-                "precision",
-                format!("`{s}` is not f32 or f16"),
-            )),
+            _ => Err(Error::param("precision", format!("`{s}` is not f32 or f16"))),
         }
     }
 }
@@ -58,10 +55,7 @@ pub fn batch_len(data: &[f32], dim: usize) -> Result<usize> {
         return Err(Error::param("dim", "must be at least 1"));
     }
     if !data.len().is_multiple_of(dim) {
-        return Err(Error::RaggedBatch {
-            len: data.len(),
-            dim,
-        });
+        return Err(Error::RaggedBatch { len: data.len(), dim });
     }
     Ok(data.len() / dim)
 }
@@ -78,11 +72,7 @@ pub fn normalized(data: &[f32], dim: usize) -> Result<Vec<f32>> {
         }
         // Accumulate in f64: f32 squares of large finite components can
         // overflow to infinity.
-        let norm = v
-            .iter()
-            .map(|&x| (x as f64) * (x as f64))
-            .sum::<f64>()
-            .sqrt();
+        let norm = v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
         if norm == 0.0 || !norm.is_finite() {
             return Err(Error::ZeroVector { row });
         }
@@ -238,10 +228,7 @@ mod tests {
             normalized(&[1.0, 1.0, f32::INFINITY, 0.0], 2),
             Err(Error::NonFinite { row: 1, col: 0 })
         ));
-        assert!(matches!(
-            normalized(&[0.0, 0.0], 2),
-            Err(Error::ZeroVector { row: 0 })
-        ));
+        assert!(matches!(normalized(&[0.0, 0.0], 2), Err(Error::ZeroVector { row: 0 })));
         assert!(matches!(
             normalized(&[1.0, 2.0, 3.0], 2),
             Err(Error::RaggedBatch { .. })
@@ -263,10 +250,7 @@ mod tests {
         ));
         assert!(matches!(
             check_add(&[1], &[1.0, 0.0, 0.0], 2),
-            Err(Error::DimensionMismatch {
-                expected: 2,
-                got: 3
-            })
+            Err(Error::DimensionMismatch { expected: 2, got: 3 })
         ));
     }
 

@@ -157,3 +157,24 @@ fn ivf_deletes_compaction_and_errors() {
             .is_ok()
     );
 }
+
+/// Training is bit-reproducible: the same data and seed give the same file
+/// bytes whether one thread or several do the work.
+#[test]
+fn training_is_identical_across_thread_counts() {
+    let dim = 32;
+    let base = synth(4000, dim, 40, 21);
+    let build_in = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            let mut cfg = IvfPqConfig::new(16, 8).opq(true);
+            cfg.opq_config.iterations = 3;
+            cfg.kmeans_iterations = 6;
+            cfg.pq_iterations = 6;
+            build(&base, dim, cfg).to_bytes()
+        })
+    };
+    let one = build_in(1);
+    assert_eq!(one, build_in(2));
+    assert_eq!(one, build_in(3));
+}

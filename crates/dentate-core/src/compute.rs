@@ -367,37 +367,35 @@ impl Compute for CpuCompute {
     }
 
     fn cluster_sums(&self, points: &[f32], dim: usize, assign: &[u32], k: usize) -> (Vec<f32>, Vec<u32>) {
-        let chunk = 4096;
-        points
-            .par_chunks(chunk * dim)
-            .zip(assign.par_chunks(chunk))
-            .fold(
-                || (vec![0f32; k * dim], vec![0u32; k]),
-                |(mut sums, mut counts), (pts, asg)| {
-                    for (x, &c) in pts.chunks_exact(dim).zip(asg) {
-                        let c = c as usize;
-                        if c < k {
-                            counts[c] += 1;
-                            for (s, v) in sums[c * dim..(c + 1) * dim].iter_mut().zip(x) {
-                                *s += v;
-                            }
+        // Fixed-size chunks summed in parallel, then combined in chunk order:
+        // the float summation order never depends on thread scheduling, so
+        // training is bit-reproducible (a rayon fold/reduce is not).
+        const CHUNK: usize = 16_384;
+        let partial: Vec<(Vec<f32>, Vec<u32>)> = points
+            .par_chunks(CHUNK * dim)
+            .zip(assign.par_chunks(CHUNK))
+            .map(|(pts, asg)| {
+                let mut sums = vec![0f32; k * dim];
+                let mut counts = vec![0u32; k];
+                for (x, &c) in pts.chunks_exact(dim).zip(asg) {
+                    let c = c as usize;
+                    if c < k {
+                        counts[c] += 1;
+                        for (s, v) in sums[c * dim..(c + 1) * dim].iter_mut().zip(x) {
+                            *s += v;
                         }
                     }
-                    (sums, counts)
-                },
-            )
-            .reduce(
-                || (vec![0f32; k * dim], vec![0u32; k]),
-                |(mut s1, mut c1), (s2, c2)| {
-                    for (a, b) in s1.iter_mut().zip(&s2) {
-                        *a += b;
-                    }
-                    for (a, b) in c1.iter_mut().zip(&c2) {
-                        *a += b;
-                    }
-                    (s1, c1)
-                },
-            )
+                }
+                (sums, counts)
+            })
+            .collect();
+        let mut sums = vec![0f32; k * dim];
+        let mut counts = vec![0u32; k];
+        for (s2, c2) in partial {
+            sums.iter_mut().zip(&s2).for_each(|(a, b)| *a += b);
+            counts.iter_mut().zip(&c2).for_each(|(a, b)| *a += b);
+        }
+        (sums, counts)
     }
 
     fn cluster_distance_sums(&self, points: &Panels, labels: &[u32], k: usize, metric: Metric) -> Vec<f32> {

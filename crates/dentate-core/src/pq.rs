@@ -63,27 +63,26 @@ impl ProductQuantizer {
             None => data,
         };
         let dsub = dim / m;
-        let mut codebooks = Vec::with_capacity(m * KSUB * dsub);
-        for j in 0..m {
-            let sub = sub_vectors(data, dim, dsub, j);
-            // Random init, as FAISS: k-means++ costs 256 passes per sub-space
-            // and buys little once 25 Lloyd iterations follow.
-            let km_cfg = KMeansConfig::new(KSUB)
-                .seed(cfg.seed.wrapping_add(j as u64))
-                .max_iter(cfg.iterations)
-                .init(crate::kmeans::Init::Random);
-            let km = KMeans::train(
-                &sub,
-                dsub,
-                &KMeansConfig {
+        // Sub-quantizers are independent: train them in parallel (each
+        // k-means also parallelises inside; rayon balances the two levels).
+        let books: Vec<Vec<f32>> = (0..m)
+            .into_par_iter()
+            .map(|j| {
+                let sub = sub_vectors(data, dim, dsub, j);
+                // Random init, as FAISS: k-means++ costs 256 passes per
+                // sub-space and buys little once 25 Lloyd iterations follow.
+                let km_cfg = KMeansConfig {
                     max_points_per_centroid: 0,
                     min_points_per_centroid: 1,
-                    ..km_cfg
-                },
-                compute,
-            )?;
-            codebooks.extend_from_slice(&km.centroids);
-        }
+                    ..KMeansConfig::new(KSUB)
+                        .seed(cfg.seed.wrapping_add(j as u64))
+                        .max_iter(cfg.iterations)
+                        .init(crate::kmeans::Init::Random)
+                };
+                KMeans::train(&sub, dsub, &km_cfg, compute).map(|km| km.centroids)
+            })
+            .collect::<Result<_>>()?;
+        let codebooks = books.concat();
         Ok(Self::from_codebooks(dim, m, codebooks))
     }
 

@@ -2,3 +2,6 @@
 #![warn(missing_docs)]
 
 pub use dentate_core::*;
+
+/// Embedders: text to vectors (`dentate-embed`).
+pub use dentate_embed as embed;

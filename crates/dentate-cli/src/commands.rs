@@ -99,6 +99,9 @@ pub struct SearchArgs {
 /// `dentate data …`
 #[derive(Subcommand, Debug)]
 pub enum DataCommand {
+    /// Build the real-embedding benchmark set from the Rust documentation:
+    /// ≥ 100,000 distinct English sentences, embedded, with exact top-100 truth.
+    Rustdocs(crate::embedcmd::RustdocsArgs),
     /// Write a synthetic clustered set: base.fvecs, queries.fvecs, gt.ivecs (exact top-100).
     Synth {
         /// Output directory.
@@ -476,6 +479,7 @@ pub(crate) fn index(c: IndexCommand) -> Res<()> {
 
 pub(crate) fn data(c: DataCommand) -> Res<()> {
     match c {
+        DataCommand::Rustdocs(a) => crate::embedcmd::rustdocs(&a),
         DataCommand::Synth {
             out,
             n,
@@ -529,4 +533,9 @@ pub(crate) fn info() {
     );
     println!("compute backend:      {}", dentate_core::default_compute().name());
     println!("threads:              {}", rayon::current_num_threads());
+    println!("cache:                {}", dentate_embed::cache_dir().display());
+    println!(
+        "MiniLM folder:        {}",
+        dentate_embed::MiniLm::default_dir().display()
+    );
 }

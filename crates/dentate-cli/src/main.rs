@@ -2,6 +2,8 @@
 
 mod bench;
 mod commands;
+mod embedcmd;
+mod rustdocs;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +29,11 @@ enum Command {
     /// Generate data files.
     #[command(subcommand)]
     Data(commands::DataCommand),
+    /// Embed a text file (one text per line) into .fvecs.
+    Embed(embedcmd::EmbedArgs),
+    /// Fetch models into the cache.
+    #[command(subcommand)]
+    Model(embedcmd::ModelCommand),
     /// Print the compute backends and SIMD paths of this machine.
     Info,
 }
@@ -39,6 +46,8 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(&a),
         Command::Index(c) => commands::index(c),
         Command::Data(c) => commands::data(c),
+        Command::Embed(a) => embedcmd::embed(&a),
+        Command::Model(c) => embedcmd::model(c),
         Command::Info => {
             commands::info();
             Ok(())

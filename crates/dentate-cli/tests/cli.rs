@@ -184,3 +184,42 @@ fn errors_are_messages_with_exit_code_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.fvecs"));
 }
+
+#[test]
+fn embed_writes_one_unit_vector_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("s.txt");
+    std::fs::write(
+        &input,
+        "Caroline went to the support group.\n\nMelanie painted a sunrise.\n",
+    )
+    .unwrap();
+    let out = dir.path().join("v.fvecs");
+    let o = dentate()
+        .args(["embed", "--embedder", "hash:64", "--input"])
+        .arg(&input)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sentences/s"));
+    let m = dentate_core::data::read_f32(&out).unwrap();
+    assert_eq!(
+        (m.rows, m.cols),
+        (3, 64),
+        "empty lines are embedded too, so rows match lines"
+    );
+    for r in m.data.chunks_exact(64) {
+        assert!((r.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+    let bad = dentate()
+        .args(["embed", "--embedder", "word2vec", "--input"])
+        .arg(&input)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown embedder"));
+}

@@ -1,0 +1,242 @@
+//! `dentate embed`, `dentate model fetch`, `dentate data rustdocs`.
+
+use crate::commands::load_truth;
+use clap::{Args, Subcommand};
+use dentate_core::data::{Matrix, write_fvecs, write_ivecs};
+use dentate_core::rng::Rng;
+use dentate_embed::{Embedder, HashingEmbedder, MiniLm, OpenAiConfig, OpenAiEmbedder, cache_dir, fetch_minilm};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Which embedder, and how to reach it.
+#[derive(Args, Debug, Clone)]
+pub struct EmbedderArgs {
+    /// hash | hash:DIM | minilm | minilm:DIR | openai:MODEL
+    #[arg(long, default_value = "hash")]
+    pub embedder: String,
+    /// Base URL of an OpenAI-compatible server (openai:MODEL); default
+    /// $OPENAI_BASE_URL, else https://api.openai.com/v1.
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Environment variable holding the API key (openai:MODEL).
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub api_key_env: String,
+}
+
+/// Builds the embedder a spec names.
+pub fn make_embedder(a: &EmbedderArgs) -> Res<Box<dyn Embedder>> {
+    let (kind, arg) = a
+        .embedder
+        .split_once(':')
+        .map_or((a.embedder.as_str(), None), |(k, v)| (k, Some(v)));
+    Ok(match (kind, arg) {
+        ("hash", None) => Box::new(HashingEmbedder::new(384)?),
+        ("hash", Some(d)) => Box::new(HashingEmbedder::new(
+            d.parse().map_err(|_| format!("hash:{d}: not a dimension"))?,
+        )?),
+        ("minilm", dir) => {
+            let dir = dir.map(PathBuf::from).unwrap_or_else(MiniLm::default_dir);
+            Box::new(MiniLm::load(&dir)?)
+        }
+        ("openai", Some(model)) => {
+            let base = a
+                .base_url
+                .clone()
+                .or_else(|| std::env::var("OPENAI_BASE_URL").ok())
+                .unwrap_or_else(|| "https://api.openai.com/v1".into());
+            let mut cfg = OpenAiConfig::new(base, model);
+            cfg.api_key_env = a.api_key_env.clone();
+            Box::new(OpenAiEmbedder::connect(cfg)?)
+        }
+        _ => {
+            return Err(format!(
+                "unknown embedder `{}` (hash[:DIM], minilm[:DIR], openai:MODEL)",
+                a.embedder
+            )
+            .into());
+        }
+    })
+}
+
+/// Arguments of `dentate embed`.
+#[derive(Args, Debug)]
+pub struct EmbedArgs {
+    /// Text file, one text per line.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Output vectors (.fvecs), one per input line.
+    #[arg(long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+}
+
+/// `dentate model …`
+#[derive(Subcommand, Debug)]
+pub enum ModelCommand {
+    /// Download a model into the cache (or --dir). Only `minilm` exists.
+    Fetch {
+        /// Model name: minilm (sentence-transformers/all-MiniLM-L6-v2).
+        name: String,
+        /// Target folder (default: the cache, see `dentate info`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Embeds `texts` in chunks with a progress bar; returns vectors and texts/s.
+pub fn embed_all(e: &dyn Embedder, texts: &[&str], label: &str) -> Res<(Vec<f32>, f64)> {
+    let pb = ProgressBar::new(texts.len() as u64);
+    pb.set_style(
+        ProgressStyle::with_template(&format!(
+            "{label} {{bar:40}} {{pos}}/{{len}} [{{elapsed}}, {{per_sec}}, eta {{eta}}]"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t = Instant::now();
+    let mut out = Vec::with_capacity(texts.len() * e.dim());
+    for chunk in texts.chunks(1024) {
+        out.extend(e.embed(chunk)?);
+        pb.inc(chunk.len() as u64);
+    }
+    pb.finish_and_clear();
+    Ok((out, texts.len() as f64 / t.elapsed().as_secs_f64().max(1e-9)))
+}
+
+pub fn embed(a: &EmbedArgs) -> Res<()> {
+    let text = std::fs::read_to_string(&a.input).map_err(|e| format!("{}: {e}", a.input.display()))?;
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return Err(format!("{} has no lines", a.input.display()).into());
+    }
+    let e = make_embedder(&a.embedder)?;
+    let (v, rate) = embed_all(e.as_ref(), &lines, "embedding")?;
+    write_fvecs(&a.output, &v, e.dim())?;
+    eprintln!(
+        "embedded {} texts with {} ({}-d) at {rate:.1} sentences/s → {}",
+        lines.len(),
+        e.name(),
+        e.dim(),
+        a.output.display()
+    );
+    Ok(())
+}
+
+pub fn model(c: ModelCommand) -> Res<()> {
+    match c {
+        ModelCommand::Fetch { name, dir } => {
+            if name != "minilm" {
+                return Err(format!("unknown model `{name}` (available: minilm)").into());
+            }
+            let dir = dir.unwrap_or_else(MiniLm::default_dir);
+            let dir = fetch_minilm(&dir)?;
+            // Prove the files load before saying so.
+            let m = MiniLm::load(&dir)?;
+            eprintln!("all-MiniLM-L6-v2 ({}-d) ready in {}", m.dim(), dir.display());
+            Ok(())
+        }
+    }
+}
+
+/// Arguments of `dentate data rustdocs`.
+#[derive(Args, Debug)]
+pub struct RustdocsArgs {
+    /// Output folder (default: <cache>/bench/rustdocs-<embedder>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Base sentences.
+    #[arg(long, default_value_t = 100_000)]
+    pub n: usize,
+    /// Query sentences (disjoint from the base).
+    #[arg(long, default_value_t = 1_000)]
+    pub queries: usize,
+    /// Seed of the base/query split.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+}
+
+pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
+    let e = make_embedder(&a.embedder)?;
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| cache_dir().join("bench").join(format!("rustdocs-{}", e.name())));
+    let meta_path = out.join("meta.json");
+    let want = serde_json::json!({"n": a.n, "queries": a.queries, "seed": a.seed, "embedder": e.name(), "dim": e.dim(), "gt_k": 100});
+    if let Ok(old) = std::fs::read_to_string(&meta_path)
+        && let Ok(old) = serde_json::from_str::<serde_json::Value>(&old)
+        && ["n", "queries", "seed", "embedder", "dim", "gt_k"]
+            .iter()
+            .all(|k| old.get(k) == want.get(k))
+    {
+        eprintln!("{} is up to date ({}); delete it to rebuild", out.display(), want);
+        println!("{}", out.display());
+        return Ok(());
+    }
+    std::fs::create_dir_all(&out)?;
+    let root = crate::rustdocs::docs_root()?;
+    let pb = ProgressBar::new(0);
+    pb.set_style(
+        ProgressStyle::with_template("reading docs {bar:40} {pos}/{len} files [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let all = crate::rustdocs::collect(&root, |i, total| {
+        pb.set_length(total as u64);
+        pb.set_position(i as u64);
+    });
+    pb.finish_and_clear();
+    let need = a.n + a.queries;
+    if all.len() < need {
+        return Err(format!("{} distinct sentences under {}, need {need}", all.len(), root.display()).into());
+    }
+    let mut order = Rng::new(a.seed).sample_indices(all.len(), need);
+    let qidx = order.split_off(a.n);
+    let base: Vec<&str> = order.iter().map(|&i| all[i].as_str()).collect();
+    let queries: Vec<&str> = qidx.iter().map(|&i| all[i].as_str()).collect();
+    write_lines(&out.join("sentences.txt"), &base)?;
+    write_lines(&out.join("queries.txt"), &queries)?;
+    let (bv, rate) = embed_all(e.as_ref(), &base, "embedding base")?;
+    let (qv, _) = embed_all(e.as_ref(), &queries, "embedding queries")?;
+    let d = e.dim();
+    write_fvecs(&out.join("base.fvecs"), &bv, d)?;
+    write_fvecs(&out.join("queries.fvecs"), &qv, d)?;
+    let bm = Matrix {
+        data: bv,
+        rows: a.n,
+        cols: d,
+    };
+    let qm = Matrix {
+        data: qv,
+        rows: a.queries,
+        cols: d,
+    };
+    let truth = load_truth(None, &bm, &qm, 100.min(a.n), true)?;
+    let flat: Vec<i32> = truth.iter().flat_map(|r| r.iter().map(|&x| x as i32)).collect();
+    write_ivecs(&out.join("gt.ivecs"), &flat, 100.min(a.n))?;
+    let mut meta = want;
+    meta["distinct_sentences"] = all.len().into();
+    meta["docs_root"] = root.display().to_string().into();
+    meta["sentences_per_s"] = ((rate * 10.0).round() / 10.0).into();
+    dentate_core::io::write_atomic(&meta_path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    eprintln!(
+        "{} distinct sentences; wrote {} base + {} queries ({d}-d, {}) at {rate:.1} sentences/s",
+        all.len(),
+        a.n,
+        a.queries,
+        e.name()
+    );
+    println!("{}", out.display());
+    Ok(())
+}
+
+fn write_lines(path: &Path, lines: &[&str]) -> Res<()> {
+    let mut s = lines.join("\n");
+    s.push('\n');
+    dentate_core::io::write_atomic(path, s.as_bytes())?;
+    Ok(())
+}

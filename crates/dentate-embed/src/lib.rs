@@ -1,0 +1,104 @@
+//! # dentate-embed
+//!
+//! Text → L2-normalised vectors, behind one trait, [`Embedder`]:
+//!
+//! - [`HashingEmbedder`]: the zero-download default. Deterministic, fast,
+//!   no model files, runs everywhere including wasm32.
+//! - [`MiniLm`] (feature `minilm`): sentence-transformers/all-MiniLM-L6-v2
+//!   in pure Rust (candle + tokenizers) from a local Hugging Face folder.
+//! - [`OpenAiEmbedder`] (feature `openai`): any OpenAI-compatible
+//!   `/v1/embeddings` endpoint (OpenAI, vLLM, llama.cpp server, Ollama), with
+//!   timeouts, retries with backoff on 429/5xx and strict response checks.
+#![warn(missing_docs)]
+
+mod hashing;
+#[cfg(feature = "minilm")]
+mod minilm;
+#[cfg(feature = "openai")]
+mod openai;
+
+pub use hashing::HashingEmbedder;
+#[cfg(feature = "minilm")]
+pub use minilm::{MODEL_FILES, MiniLm, cache_dir, fetch_minilm};
+#[cfg(feature = "openai")]
+pub use openai::{OpenAiConfig, OpenAiEmbedder};
+
+/// Errors of the embedders.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// A setting is invalid.
+    #[error("invalid setting `{name}`: {reason}")]
+    Config {
+        /// Setting name.
+        name: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A model folder is missing files or holds invalid ones, or inference failed.
+    #[error("model at {path}: {reason}")]
+    Model {
+        /// The folder or file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The server answered with an error status (after retries, for 429/5xx).
+    #[error("HTTP {status} from {url}: {body}")]
+    Http {
+        /// Status code.
+        status: u16,
+        /// Endpoint.
+        url: String,
+        /// Start of the response body.
+        body: String,
+    },
+    /// The request could not be completed (connection refused, timeout, …)
+    /// after all retries.
+    #[error("request to {url} failed after {attempts} attempt(s): {reason}")]
+    Transport {
+        /// Endpoint.
+        url: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Last failure.
+        reason: String,
+    },
+    /// The server's answer is not the JSON the API defines, or disagrees
+    /// with the request (count, dimension, non-finite values).
+    #[error("malformed response from {url}: {reason}")]
+    Malformed {
+        /// Endpoint.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = EmbedError> = std::result::Result<T, E>;
+
+/// Turns texts into L2-normalised vectors.
+pub trait Embedder: Send + Sync {
+    /// A name that identifies the model and its settings (e.g. `hash-384`).
+    fn name(&self) -> String;
+    /// Output dimension.
+    fn dim(&self) -> usize;
+    /// Embeds a batch: `texts.len() × dim` floats, row-major, each row of
+    /// unit length. An empty batch gives an empty vector.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<f32>>;
+}
+
+/// Scales each `dim`-long row of `v` to unit length; rows of zero norm are
+/// left as they are and reported by index.
+pub(crate) fn normalize_rows(v: &mut [f32], dim: usize) -> Vec<usize> {
+    let mut zero = Vec::new();
+    for (i, r) in v.chunks_exact_mut(dim).enumerate() {
+        let n = r.iter().map(|x| (*x as f64) * (*x as f64)).sum::<f64>().sqrt();
+        if n > 0.0 && n.is_finite() {
+            r.iter_mut().for_each(|x| *x = (*x as f64 / n) as f32);
+        } else {
+            zero.push(i);
+        }
+    }
+    zero
+}

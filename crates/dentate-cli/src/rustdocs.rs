@@ -106,13 +106,29 @@ pub fn html_text(html: &str) -> String {
         .replace("&mdash;", "-")
         .replace("&ndash;", "-")
         .replace("&amp;", "&");
-    decoded.split_whitespace().collect::<Vec<_>>().join(" ")
+    // Typographic punctuation (the books use it throughout) to ASCII, so
+    // "Rust’s" is an English sentence like "Rust's".
+    let ascii: String = decoded
+        .chars()
+        .map(|c| match c {
+            '\u{2018}' | '\u{2019}' | '\u{2032}' => '\'',
+            '\u{201C}' | '\u{201D}' => '"',
+            '\u{2013}' | '\u{2014}' | '\u{2212}' => '-',
+            '\u{00A0}' | '\u{2009}' | '\u{202F}' => ' ',
+            other => other,
+        })
+        .collect();
+    ascii
+        .replace('\u{2026}', "...")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Splits text into sentences at `.`, `!` or `?` followed by a space and an
-/// upper-case letter, and keeps those that read as English prose: 8–40
-/// words, ASCII, starting with a capital letter, ending with a full stop,
-/// mostly letters, without code punctuation.
+/// upper-case letter, and keeps those that read as English prose: 5–60
+/// words, ASCII, starting with a capital letter, ending with `.`, `!` or
+/// `?`, at least 70% letters, without statement punctuation (`{};=`…).
 pub fn sentences(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let chars: Vec<char> = text.chars().collect();
@@ -135,18 +151,20 @@ pub fn sentences(text: &str) -> Vec<String> {
 
 fn is_prose(s: &str) -> bool {
     let words = s.split_whitespace().count();
-    if !(8..=40).contains(&words) || !s.is_ascii() || !s.ends_with('.') {
+    if !(5..=60).contains(&words) || !s.is_ascii() || !s.ends_with(['.', '!', '?']) {
         return false;
     }
     if !s.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
         return false;
     }
-    if s.contains("::") || s.contains("..") || s.chars().any(|c| "{}[];=<>|\\$#@_*^~`".contains(c)) {
+    // Identifiers, paths and generics (`Vec::new`, `Option<T>`) are part of
+    // English sentences in these docs; statement punctuation is not.
+    if s.contains("http") || s.contains("..") || s.chars().any(|c| "{};=\\$#@^~|".contains(c)) {
         return false;
     }
     let non_space = s.chars().filter(|c| !c.is_whitespace()).count();
     let letters = s.chars().filter(|c| c.is_ascii_alphabetic()).count();
-    letters * 100 >= non_space * 85
+    letters * 100 >= non_space * 70
 }
 
 /// Distinct sentences of every page under `root`, in first-seen order.
@@ -177,13 +195,15 @@ mod tests {
 <body><nav>Menu item one two three four five six seven eight.</nav>
 <p>Returns the number of elements in the vector, also referred to as its <code>length</code>.</p>
 <pre>let v = vec![1, 2, 3]; // This code line. Is not prose at all here.</pre>
-<p>This is short.</p><p>Panics if the new capacity exceeds <code>isize::MAX</code> bytes on this platform.</p>
+<p>Too short.</p><p>Rust’s ownership rules are checked at compile time by the borrow checker.</p><p>Panics if the new capacity exceeds <code>isize::MAX</code> bytes on this platform.</p>
 <p>The iterator yields items in order &amp; stops when the underlying collection is exhausted. Next!</p></body></html>"#;
         let s = sentences(&html_text(html));
         assert_eq!(
             s,
             vec![
                 "Returns the number of elements in the vector, also referred to as its length.".to_string(),
+                "Rust's ownership rules are checked at compile time by the borrow checker.".to_string(),
+                "Panics if the new capacity exceeds isize::MAX bytes on this platform.".to_string(),
                 "The iterator yields items in order & stops when the underlying collection is exhausted.".to_string(),
             ]
         );
@@ -192,9 +212,12 @@ mod tests {
     #[test]
     fn prose_filter() {
         assert!(is_prose("A slice is a view into a contiguous sequence of elements."));
-        assert!(!is_prose("Too short to count."));
-        assert!(!is_prose(
+        assert!(!is_prose("Too short."));
+        assert!(is_prose(
             "Calls Vec::new and then pushes every element of the slice into it."
+        ));
+        assert!(!is_prose(
+            "See https://example.org for the full list of supported targets."
         ));
         assert!(!is_prose(
             "lowercase start means this is probably a fragment of something else."

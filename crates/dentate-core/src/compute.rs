@@ -87,17 +87,17 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     fn top_k(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>>;
 
     /// Nearest centroid of each point (`metric` decides inner product or L2)
-    /// and its score (similarity for cosine, negated half squared distance
-    /// minus `‖x‖²/2` for L2 — only the ordering is meaningful).
+    /// and its score: the cosine similarity, or for L2
+    /// `<x, c> − ‖c‖²/2 = (‖x‖² − ‖x − c‖²) / 2`, from which callers recover
+    /// the squared distance as `‖x‖² − 2·score`.
     fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
         let bias: Option<Vec<f32>> = match metric {
             Metric::Cosine => None,
             Metric::L2 => Some(
-                (0..centroids.len())
-                    .map(|i| {
-                        let c = centroids.row(i);
-                        -0.5 * c.iter().map(|x| x * x).sum::<f32>()
-                    })
+                centroids
+                    .to_rows()
+                    .chunks_exact(centroids.dim().max(1))
+                    .map(|c| -0.5 * c.iter().map(|x| x * x).sum::<f32>())
                     .collect(),
             ),
         };

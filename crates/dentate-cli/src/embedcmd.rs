@@ -147,12 +147,16 @@ pub struct RustdocsArgs {
     /// Output folder (default: <cache>/bench/rustdocs-<embedder>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Base sentences.
-    #[arg(long, default_value_t = 100_000)]
-    pub n: usize,
+    /// Base sentences (default: every distinct sentence not drawn as a query).
+    #[arg(long)]
+    pub n: Option<usize>,
     /// Query sentences (disjoint from the base).
     #[arg(long, default_value_t = 1_000)]
     pub queries: usize,
+    /// Documentation folders to read, in order (repeatable; default: the
+    /// active toolchain's `share/doc/rust/html`).
+    #[arg(long = "docs")]
+    pub docs: Vec<PathBuf>,
     /// Seed of the base/query split.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -167,35 +171,62 @@ pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
         .clone()
         .unwrap_or_else(|| cache_dir().join("bench").join(format!("rustdocs-{}", e.name())));
     let meta_path = out.join("meta.json");
-    let want = serde_json::json!({"n": a.n, "queries": a.queries, "seed": a.seed, "embedder": e.name(), "dim": e.dim(), "gt_k": 100});
+    let want = serde_json::json!({"extractor": crate::rustdocs::EXTRACTOR_VERSION, "n_requested": a.n, "docs": a.docs, "queries": a.queries, "seed": a.seed, "embedder": e.name(), "dim": e.dim(), "gt_k": 100});
     if let Ok(old) = std::fs::read_to_string(&meta_path)
         && let Ok(old) = serde_json::from_str::<serde_json::Value>(&old)
-        && ["n", "queries", "seed", "embedder", "dim", "gt_k"]
-            .iter()
-            .all(|k| old.get(k) == want.get(k))
+        && [
+            "extractor",
+            "n_requested",
+            "docs",
+            "queries",
+            "seed",
+            "embedder",
+            "dim",
+            "gt_k",
+        ]
+        .iter()
+        .all(|k| old.get(k) == want.get(k))
     {
         eprintln!("{} is up to date ({}); delete it to rebuild", out.display(), want);
         println!("{}", out.display());
         return Ok(());
     }
     std::fs::create_dir_all(&out)?;
-    let root = crate::rustdocs::docs_root()?;
+    let roots = if a.docs.is_empty() {
+        vec![crate::rustdocs::docs_root()?]
+    } else {
+        a.docs.clone()
+    };
+    if let Some(missing) = roots.iter().find(|r| !r.is_dir()) {
+        return Err(format!("{} is not a folder", missing.display()).into());
+    }
     let pb = ProgressBar::new(0);
     pb.set_style(
         ProgressStyle::with_template("reading docs {bar:40} {pos}/{len} files [{elapsed}]")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let all = crate::rustdocs::collect(&root, |i, total| {
+    let all = crate::rustdocs::collect(&roots, |i, total| {
         pb.set_length(total as u64);
         pb.set_position(i as u64);
     });
     pb.finish_and_clear();
-    let need = a.n + a.queries;
-    if all.len() < need {
-        return Err(format!("{} distinct sentences under {}, need {need}", all.len(), root.display()).into());
+    let n = a.n.unwrap_or(all.len().saturating_sub(a.queries));
+    let need = n + a.queries;
+    if all.len() < need || n == 0 || a.queries == 0 {
+        return Err(format!(
+            "{} distinct sentences under {}, need {n} base + {} queries (both > 0)",
+            all.len(),
+            roots
+                .iter()
+                .map(|r| r.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            a.queries
+        )
+        .into());
     }
     let mut order = Rng::new(a.seed).sample_indices(all.len(), need);
-    let qidx = order.split_off(a.n);
+    let qidx = order.split_off(n);
     let base: Vec<&str> = order.iter().map(|&i| all[i].as_str()).collect();
     let queries: Vec<&str> = qidx.iter().map(|&i| all[i].as_str()).collect();
     write_lines(&out.join("sentences.txt"), &base)?;
@@ -207,7 +238,7 @@ pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
     write_fvecs(&out.join("queries.fvecs"), &qv, d)?;
     let bm = Matrix {
         data: bv,
-        rows: a.n,
+        rows: n,
         cols: d,
     };
     let qm = Matrix {
@@ -215,18 +246,19 @@ pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
         rows: a.queries,
         cols: d,
     };
-    let truth = load_truth(None, &bm, &qm, 100.min(a.n), true)?;
+    let truth = load_truth(None, &bm, &qm, 100.min(n), true)?;
     let flat: Vec<i32> = truth.iter().flat_map(|r| r.iter().map(|&x| x as i32)).collect();
-    write_ivecs(&out.join("gt.ivecs"), &flat, 100.min(a.n))?;
+    write_ivecs(&out.join("gt.ivecs"), &flat, 100.min(n))?;
     let mut meta = want;
+    meta["n"] = n.into();
     meta["distinct_sentences"] = all.len().into();
-    meta["docs_root"] = root.display().to_string().into();
+    meta["docs_roots"] = roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().into();
     meta["sentences_per_s"] = ((rate * 10.0).round() / 10.0).into();
     dentate_core::io::write_atomic(&meta_path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
     eprintln!(
         "{} distinct sentences; wrote {} base + {} queries ({d}-d, {}) at {rate:.1} sentences/s",
         all.len(),
-        a.n,
+        n,
         a.queries,
         e.name()
     );

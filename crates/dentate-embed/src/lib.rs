@@ -12,6 +12,8 @@
 #![warn(missing_docs)]
 
 mod hashing;
+#[cfg(feature = "openai")]
+pub mod http;
 #[cfg(feature = "minilm")]
 mod minilm;
 #[cfg(feature = "openai")]

@@ -1,5 +1,6 @@
 //! Client for OpenAI-compatible `/v1/embeddings` endpoints.
 
+use crate::http::{HttpFailure, JsonClient, RetryPolicy, api_key, check_url};
 use crate::{EmbedError, Embedder, Result, normalize_rows};
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ pub struct OpenAiEmbedder {
     cfg: OpenAiConfig,
     url: String,
     dim: usize,
-    agent: ureq::Agent,
+    client: JsonClient,
 }
 
 impl OpenAiEmbedder {
@@ -64,23 +65,21 @@ impl OpenAiEmbedder {
                 reason: "must be at least 1".into(),
             });
         }
-        if !(cfg.base_url.starts_with("http://") || cfg.base_url.starts_with("https://")) {
-            return Err(EmbedError::Config {
-                name: "base_url",
-                reason: format!("`{}` is not an http(s) URL", cfg.base_url),
-            });
-        }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(cfg.timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        check_url(&cfg.base_url).map_err(|reason| EmbedError::Config {
+            name: "base_url",
+            reason,
+        })?;
+        let client = JsonClient::new(RetryPolicy {
+            timeout: cfg.timeout,
+            max_retries: cfg.max_retries,
+            backoff: cfg.backoff,
+        });
         let url = format!("{}/embeddings", cfg.base_url.trim_end_matches('/'));
         let mut e = OpenAiEmbedder {
             dim: cfg.dim.unwrap_or(0),
             cfg,
             url,
-            agent,
+            client,
         };
         if e.dim == 0 {
             let v = e.request(&["dimension probe"], None)?;
@@ -92,55 +91,19 @@ impl OpenAiEmbedder {
     /// One request (with retries) for `texts`; returns the raw rows.
     fn request(&self, texts: &[&str], dim: Option<usize>) -> Result<Vec<f32>> {
         let body = serde_json::json!({ "model": self.cfg.model, "input": texts });
-        let key = std::env::var(&self.cfg.api_key_env)
-            .ok()
-            .filter(|k| !k.trim().is_empty());
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let mut req = self.agent.post(&self.url).header("Content-Type", "application/json");
-            if let Some(k) = &key {
-                req = req.header("Authorization", &format!("Bearer {k}"));
-            }
-            let retry_after = match req.send_json(&body) {
-                Ok(mut resp) => {
-                    let status = resp.status().as_u16();
-                    let text = resp.body_mut().read_to_string().unwrap_or_default();
-                    if (200..300).contains(&status) {
-                        return self.parse(&text, texts.len(), dim);
-                    }
-                    let retryable = status == 429 || status >= 500;
-                    if !retryable || attempt > self.cfg.max_retries {
-                        return Err(EmbedError::Http {
-                            status,
-                            url: self.url.clone(),
-                            body: text.chars().take(300).collect(),
-                        });
-                    }
-                    resp.headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                        .filter(|s| s.is_finite() && *s >= 0.0)
-                        .map(|s| Duration::from_secs_f64(s.min(60.0)))
-                }
-                Err(err) => {
-                    if attempt > self.cfg.max_retries {
-                        return Err(EmbedError::Transport {
-                            url: self.url.clone(),
-                            attempts: attempt,
-                            reason: err.to_string(),
-                        });
-                    }
-                    None
-                }
-            };
-            let backoff = self
-                .cfg
-                .backoff
-                .saturating_mul(1 << (attempt - 1).min(10))
-                .min(Duration::from_secs(8));
-            std::thread::sleep(retry_after.unwrap_or(backoff));
+        let key = api_key(&self.cfg.api_key_env);
+        match self.client.post(&self.url, &body, key.as_deref()) {
+            Ok(text) => self.parse(&text, texts.len(), dim),
+            Err(HttpFailure::Status { status, body, .. }) => Err(EmbedError::Http {
+                status,
+                url: self.url.clone(),
+                body,
+            }),
+            Err(HttpFailure::Transport { attempts, reason }) => Err(EmbedError::Transport {
+                url: self.url.clone(),
+                attempts,
+                reason,
+            }),
         }
     }
 

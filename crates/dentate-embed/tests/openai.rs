@@ -2,10 +2,8 @@
 
 #![cfg(feature = "openai")]
 
+use dentate_embed::http::testing::{Reply as Answer, ScriptedServer};
 use dentate_embed::{EmbedError, Embedder, OpenAiConfig, OpenAiEmbedder};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What the server does with the n-th request it receives.
@@ -23,83 +21,60 @@ enum Reply {
 
 struct Server {
     url: String,
-    seen: Arc<Mutex<Vec<serde_json::Value>>>,
-    auth: Arc<Mutex<Vec<Option<String>>>>,
+    inner: ScriptedServer,
 }
 
-/// Serves `script` in order (the last entry repeats), one request per
-/// connection, for at most `script.len() + 8` requests, then stops.
-fn serve(script: Vec<Reply>) -> Server {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let auth = Arc::new(Mutex::new(Vec::new()));
-    let (s2, a2) = (seen.clone(), auth.clone());
-    std::thread::spawn(move || {
-        for (i, conn) in listener.incoming().take(script.len() + 8).enumerate() {
-            let Ok(mut stream) = conn else { break };
-            let reply = script[i.min(script.len() - 1)].clone();
-            let (body, key) = read_request(&mut stream);
-            s2.lock().unwrap().push(body.clone());
-            a2.lock().unwrap().push(key);
-            let inputs: Vec<String> = body["input"]
-                .as_array()
-                .map(|a| a.iter().map(|t| t.as_str().unwrap_or("").to_string()).collect())
-                .unwrap_or_default();
-            let good = |dim: usize| {
-                let data: Vec<serde_json::Value> = inputs
-                    .iter()
-                    .enumerate()
-                    .rev() // out of order on purpose: the client must use `index`
-                    .map(|(j, t)| {
-                        let mut v = vec![0.0f64; dim];
-                        v[0] = t.len() as f64 + 1.0;
-                        v[1] = 1.0;
-                        serde_json::json!({"object": "embedding", "index": j, "embedding": v})
-                    })
-                    .collect();
-                serde_json::json!({"object": "list", "data": data, "model": "m"}).to_string()
-            };
-            let (status, text, retry) = match reply {
-                Reply::Good(d) => (200, good(d), None),
-                Reply::Status(s, b, r) => (s, b.to_string(), r),
-                Reply::Slow(t, d) => {
-                    std::thread::sleep(t);
-                    (200, good(d), None)
-                }
-                Reply::Raw(b) => (200, b.to_string(), None),
-            };
-            let extra = retry.map(|r| format!("Retry-After: {r}\r\n")).unwrap_or_default();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n{text}",
-                text.len()
-            );
-        }
-    });
-    Server { url, seen, auth }
-}
-
-fn read_request(stream: &mut TcpStream) -> (serde_json::Value, Option<String>) {
-    let mut r = BufReader::new(stream.try_clone().unwrap());
-    let mut len = 0;
-    let mut key = None;
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-            break;
-        }
-        let lower = line.to_ascii_lowercase();
-        if let Some(v) = lower.strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-        if lower.starts_with("authorization:") {
-            key = Some(line["authorization:".len()..].trim().to_string());
-        }
+impl Server {
+    fn bodies(&self) -> Vec<serde_json::Value> {
+        self.inner.requests().into_iter().map(|r| r.body).collect()
     }
-    let mut body = vec![0; len];
-    let _ = r.read_exact(&mut body);
-    (serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null), key)
+    fn auth(&self) -> Vec<Option<String>> {
+        self.inner.requests().into_iter().map(|r| r.auth).collect()
+    }
+}
+
+/// Embeddings for the inputs of `body`, listed out of order on purpose
+/// (the client must use `index`).
+fn good(body: &serde_json::Value, dim: usize) -> String {
+    let inputs: Vec<String> = body["input"]
+        .as_array()
+        .map(|a| a.iter().map(|t| t.as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default();
+    let data: Vec<serde_json::Value> = inputs
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(j, t)| {
+            let mut v = vec![0.0f64; dim];
+            v[0] = t.len() as f64 + 1.0;
+            v[1] = 1.0;
+            serde_json::json!({"object": "embedding", "index": j, "embedding": v})
+        })
+        .collect();
+    serde_json::json!({"object": "list", "data": data, "model": "m"}).to_string()
+}
+
+/// Serves `script` in order (the last entry repeats) for at most
+/// `script.len() + 8` requests.
+fn serve(script: Vec<Reply>) -> Server {
+    let n = script.len();
+    let inner = ScriptedServer::start(n + 8, move |i, body| match script[i.min(n - 1)].clone() {
+        Reply::Good(d) => Answer::ok(good(body, d)),
+        Reply::Status(s, b, r) => {
+            let a = Answer::status(s, b);
+            match r {
+                Some(r) => a.retry_after(r),
+                None => a,
+            }
+        }
+        Reply::Slow(t, d) => Answer::ok(good(body, d)).after(t),
+        Reply::Raw(b) => Answer::ok(b),
+    })
+    .unwrap();
+    Server {
+        url: inner.url.clone(),
+        inner,
+    }
 }
 
 fn cfg(url: &str) -> OpenAiConfig {
@@ -125,14 +100,11 @@ fn good_answers_batched_reordered_and_normalised() {
         let n = (x * x + 1.0).sqrt();
         assert!((v[i * 4] - x / n).abs() < 1e-6 && (v[i * 4 + 1] - 1.0 / n).abs() < 1e-6);
     }
-    let seen = s.seen.lock().unwrap();
+    let seen = s.bodies();
     assert_eq!(seen.len(), 3, "probe + two batches of at most 2");
     assert_eq!(seen[1]["model"], "test-model");
     assert_eq!(seen[2]["input"].as_array().unwrap().len(), 1);
-    assert!(
-        s.auth.lock().unwrap().iter().all(|k| k.is_none()),
-        "no key configured, none sent"
-    );
+    assert!(s.auth().iter().all(|k| k.is_none()), "no key configured, none sent");
 }
 
 #[test]
@@ -144,7 +116,7 @@ fn api_key_is_sent_as_bearer() {
     unsafe { std::env::set_var("DENTATE_TEST_EMBED_KEY", "sk-test") };
     c.dim = Some(3);
     OpenAiEmbedder::connect(c).unwrap().embed(&["x"]).unwrap();
-    assert_eq!(s.auth.lock().unwrap()[0].as_deref(), Some("Bearer sk-test"));
+    assert_eq!(s.auth()[0].as_deref(), Some("Bearer sk-test"));
 }
 
 #[test]
@@ -158,7 +130,7 @@ fn retries_429_and_5xx_then_succeeds() {
     c.dim = Some(2);
     let v = OpenAiEmbedder::connect(c).unwrap().embed(&["hi"]).unwrap();
     assert_eq!(v.len(), 2);
-    assert_eq!(s.seen.lock().unwrap().len(), 3);
+    assert_eq!(s.bodies().len(), 3);
 }
 
 #[test]
@@ -170,7 +142,7 @@ fn persistent_5xx_is_an_http_error_after_the_retry_budget() {
     let err = OpenAiEmbedder::connect(c).unwrap().embed(&["hi"]).unwrap_err();
     assert!(matches!(err, EmbedError::Http { status: 500, .. }), "{err}");
     assert!(err.to_string().contains("boom"));
-    assert_eq!(s.seen.lock().unwrap().len(), 3, "1 attempt + 2 retries");
+    assert_eq!(s.bodies().len(), 3, "1 attempt + 2 retries");
 }
 
 #[test]
@@ -180,7 +152,7 @@ fn client_errors_are_not_retried() {
     c.dim = Some(2);
     let err = OpenAiEmbedder::connect(c).unwrap().embed(&["hi"]).unwrap_err();
     assert!(matches!(err, EmbedError::Http { status: 401, .. }));
-    assert_eq!(s.seen.lock().unwrap().len(), 1);
+    assert_eq!(s.bodies().len(), 1);
 }
 
 #[test]
@@ -235,7 +207,11 @@ fn malformed_answers_are_typed_errors() {
 #[test]
 fn refused_connection_and_bad_settings() {
     // Bind and drop a listener: nothing listens on that port afterwards.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut c = cfg(&format!("http://127.0.0.1:{port}/v1"));
     c.max_retries = 1;
     let err = OpenAiEmbedder::connect(c).unwrap_err();

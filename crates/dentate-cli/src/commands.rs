@@ -384,10 +384,11 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
         let _ = std::fs::remove_file(&path);
         let _ = path.parent().map(std::fs::remove_dir);
     }
-    println!("done in {:.1} s", t_all.elapsed().as_secs_f64());
     if !same {
         return Err("reloaded index returned different results".into());
     }
+    crate::memcmd::quickstart_memory()?;
+    println!("\ndone in {:.1} s", t_all.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 mod bench;
 mod commands;
 mod embedcmd;
+mod memcmd;
 mod rustdocs;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +35,12 @@ enum Command {
     /// Fetch models into the cache.
     #[command(subcommand)]
     Model(embedcmd::ModelCommand),
+    /// Agent memory: ingest conversations, ask, forget, correct.
+    #[command(subcommand)]
+    Memory(memcmd::MemoryCommand),
+    /// Evaluate memory pipelines on benchmarks.
+    #[command(subcommand)]
+    Eval(memcmd::EvalCommand),
     /// Print the compute backends and SIMD paths of this machine.
     Info,
 }
@@ -48,6 +55,8 @@ fn main() -> ExitCode {
         Command::Data(c) => commands::data(c),
         Command::Embed(a) => embedcmd::embed(&a),
         Command::Model(c) => embedcmd::model(c),
+        Command::Memory(c) => memcmd::memory(c),
+        Command::Eval(c) => memcmd::eval_cmd(c),
         Command::Info => {
             commands::info();
             Ok(())

@@ -223,3 +223,108 @@ fn embed_writes_one_unit_vector_per_line() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown embedder"));
 }
+
+#[test]
+fn memory_ingest_ask_forget_correct() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = dir.path().join("chat.jsonl");
+    std::fs::write(
+        &chat,
+        r#"{"speaker": "Ann", "text": "I moved to Porto last spring and love the river.", "timestamp": "2024-04-02T10:00:00Z", "id": "m1"}
+{"speaker": "Bob", "text": "My bicycle got stolen outside the library.", "timestamp": "2024-04-02T10:01:00Z", "id": "m2"}
+{"speaker": "Ann", "text": "I started cello lessons with a teacher named Ines.", "timestamp": "2024-04-09T18:00:00Z", "id": "m3"}
+"#,
+    )
+    .unwrap();
+    let mem = dir.path().join("mem");
+    let base = |cmd: &str| {
+        let mut c = dentate();
+        c.args(["memory", cmd, "--user", "ann", "--dir"]).arg(&mem);
+        c
+    };
+    let out = run_ok(base("ingest").arg("--input").arg(&chat));
+    assert!(out.contains("processed 3 messages"), "{out}");
+    let out = run_ok(base("ask").arg("Who teaches Ann the cello?"));
+    let first = out.lines().nth(1).unwrap();
+    assert!(first.contains("from m3") && first.contains("Ines"), "{out}");
+    assert!(out.contains("2024-04-09"), "dated: {out}");
+    assert!(
+        out.contains("<compact>") && out.contains("<user> Who teaches Ann the cello? </user>"),
+        "{out}"
+    );
+    // Forget the cello memory by the id `ask` printed.
+    let id: String = first
+        .trim_start()
+        .trim_start_matches('#')
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    run_ok(base("forget").args(["--id", &id]));
+    let out = run_ok(base("ask").arg("Who teaches Ann the cello?"));
+    assert!(!out.contains("from m3"), "{out}");
+    let out = base("forget").args(["--id", &id]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no memory item"));
+    // A missing or malformed input fails clearly and stores nothing more.
+    std::fs::write(&chat, "{\"speaker\": \"Ann\"}\n").unwrap();
+    let out = base("ingest").arg("--input").arg(&chat).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn eval_locomo_prints_per_category_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("locomo.json");
+    std::fs::write(
+        &data,
+        r#"[{"sample_id": "f1", "conversation": {"speaker_a": "Ann", "speaker_b": "Bob",
+  "session_1_date_time": "9:15 am on 2 March, 2024",
+  "session_1": [
+    {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a grey cat called Pixel."},
+    {"speaker": "Bob", "dia_id": "D1:2", "text": "I am training for the Berlin marathon."},
+    {"speaker": "Ann", "dia_id": "D1:3", "text": "My sister Clara moves to Lisbon."}]},
+  "qa": [
+    {"question": "What is the name of Ann's cat?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
+    {"question": "Where does Clara move?", "answer": "Lisbon", "evidence": ["D1:3"], "category": 4},
+    {"question": "What race is Bob training for?", "answer": "Berlin marathon", "evidence": ["D1:2"], "category": 1}]}]"#,
+    )
+    .unwrap();
+    for pipeline in ["rag", "hema"] {
+        let out = run_ok(
+            dentate()
+                .args(["eval", "locomo", "--pipeline", pipeline, "--k", "1,3", "--data"])
+                .arg(&data),
+        );
+        assert!(
+            out.contains("single-hop") && out.contains("multi-hop") && out.contains("overall"),
+            "{out}"
+        );
+        let json = run_ok(
+            dentate()
+                .args([
+                    "eval",
+                    "locomo",
+                    "--pipeline",
+                    pipeline,
+                    "--k",
+                    "1,3",
+                    "--json",
+                    "--data",
+                ])
+                .arg(&data),
+        );
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["questions"], 3);
+        assert_eq!(v["pipeline"], pipeline);
+    }
+    let out = dentate()
+        .args(["eval", "locomo", "--data", "/nonexistent.json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}

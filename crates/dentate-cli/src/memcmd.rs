@@ -1,0 +1,469 @@
+//! `dentate memory …` and `dentate eval locomo`, and the memory part of
+//! `dentate quickstart`.
+
+use crate::embedcmd::{EmbedderArgs, make_embedder};
+use clap::{Args, Subcommand};
+use dentate_memory::eval::{self, EvalOptions};
+use dentate_memory::{ChatConfig, Llm, Memory, NewMessage, OpenAiChat, PipelineKind, Retrieved, input, locomo};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// A language model behind an OpenAI-compatible endpoint (optional: without
+/// it everything runs offline).
+#[derive(Args, Debug, Clone)]
+pub struct LlmArgs {
+    /// Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1.
+    #[arg(long = "llm")]
+    pub url: Option<String>,
+    /// Model name (required with --llm).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Environment variable holding the API key.
+    #[arg(long, default_value = "OPENAI_API_KEY")]
+    pub llm_key_env: String,
+}
+
+impl LlmArgs {
+    fn build(&self) -> Res<Option<Arc<dyn Llm>>> {
+        match (&self.url, &self.model) {
+            (None, None) => Ok(None),
+            (Some(url), Some(model)) => {
+                let mut cfg = ChatConfig::new(url, model);
+                cfg.api_key_env = self.llm_key_env.clone();
+                Ok(Some(Arc::new(OpenAiChat::new(cfg)?)))
+            }
+            _ => Err("--llm URL and --model NAME go together".into()),
+        }
+    }
+}
+
+/// Where a memory lives and which pipeline runs it.
+#[derive(Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// Memory directory (SQLite store and index files).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// User namespace.
+    #[arg(long)]
+    pub user: String,
+    /// Pipeline: hema or rag.
+    #[arg(long, default_value = "hema")]
+    pub pipeline: String,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+}
+
+impl MemoryArgs {
+    fn open(&self) -> Res<Memory> {
+        Ok(self.open_with_llm()?.0)
+    }
+
+    fn open_with_llm(&self) -> Res<(Memory, Option<Arc<dyn Llm>>)> {
+        let e: Arc<dyn dentate_embed::Embedder> = Arc::from(make_embedder(&self.embedder)?);
+        let llm = self.llm.build()?;
+        let mem = Memory::open(&self.dir, PipelineKind::parse(&self.pipeline)?, e, llm.clone())?;
+        Ok((mem, llm))
+    }
+}
+
+/// `dentate memory …`
+#[derive(Subcommand, Debug)]
+pub enum MemoryCommand {
+    /// Store a conversation (LoCoMo JSON or JSONL messages) and process it.
+    Ingest {
+        #[command(flatten)]
+        m: MemoryArgs,
+        /// Conversation file.
+        #[arg(long)]
+        input: PathBuf,
+        /// LoCoMo sample to ingest, when the file holds several.
+        #[arg(long)]
+        sample: Option<String>,
+    },
+    /// Retrieve memories for a question and print the composed context.
+    Ask {
+        #[command(flatten)]
+        m: MemoryArgs,
+        /// Items to retrieve (RAG; HEMA uses its K, default 5).
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+        /// Prompt budget in tokens.
+        #[arg(long, default_value_t = 3500)]
+        budget: usize,
+        /// The question.
+        question: String,
+    },
+    /// Delete a memory item by id.
+    Forget {
+        #[command(flatten)]
+        m: MemoryArgs,
+        /// Item id (as printed by `ask`).
+        #[arg(long)]
+        id: i64,
+    },
+    /// Replace the text of a memory item, keeping its id and provenance.
+    Correct {
+        #[command(flatten)]
+        m: MemoryArgs,
+        /// Item id.
+        #[arg(long)]
+        id: i64,
+        /// The corrected text.
+        #[arg(long)]
+        text: String,
+    },
+}
+
+/// Reads a conversation file: LoCoMo JSON (one sample, or `sample` of
+/// several) or JSONL messages.
+fn read_conversation(path: &Path, sample: Option<&str>) -> Res<Vec<NewMessage>> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let head = text.trim_start();
+    let looks_locomo = (head.starts_with('[') || head.starts_with('{')) && text.contains("\"conversation\"");
+    if !looks_locomo {
+        return Ok(input::parse_jsonl(&text)?);
+    }
+    let ds = locomo::parse(&text)?;
+    let ids: Vec<&str> = ds.conversations.iter().map(|c| c.sample_id.as_str()).collect();
+    let conv = match sample {
+        Some(s) => ds
+            .conversations
+            .iter()
+            .find(|c| c.sample_id == s)
+            .ok_or_else(|| format!("no sample `{s}` in {} (samples: {})", path.display(), ids.join(", ")))?,
+        None if ds.conversations.len() == 1 => &ds.conversations[0],
+        None => {
+            return Err(format!(
+                "{} holds {} samples; choose one with --sample ({})",
+                path.display(),
+                ids.len(),
+                ids.join(", ")
+            )
+            .into());
+        }
+    };
+    Ok(eval::conversation_messages(conv))
+}
+
+fn print_hit(h: &Retrieved) {
+    let date = h
+        .item
+        .said_at
+        .map(|t| format!(" {}", dentate_memory::time::date_string(t)))
+        .unwrap_or_default();
+    println!(
+        "  #{:<6} {:.3} {}{date} from {}: {}",
+        h.item.id,
+        h.score,
+        h.item.kind,
+        h.source_refs.join(","),
+        h.item.text
+    );
+}
+
+pub fn memory(c: MemoryCommand) -> Res<()> {
+    match c {
+        MemoryCommand::Ingest { m, input, sample } => {
+            let msgs = read_conversation(&input, sample.as_deref())?;
+            let (mut mem, llm) = m.open_with_llm()?;
+            let ids = mem.add_messages(&m.user, &msgs)?;
+            eprintln!("stored {} messages for `{}` in {}", ids.len(), m.user, m.dir.display());
+            let pb = ProgressBar::new(msgs.len() as u64);
+            pb.set_style(
+                ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} [{elapsed}]")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            pb.set_message(format!("{} processing", mem.pipeline_name()));
+            let t0 = std::time::Instant::now();
+            let r = mem.process(&m.user, &mut |done, total| {
+                pb.set_length(total as u64);
+                pb.set_position(done as u64);
+            });
+            pb.finish_and_clear();
+            let r = r.map_err(|e| {
+                format!("{e}\nthe messages are stored; run the same command without new input (or again) to resume")
+            })?;
+            println!(
+                "{}: processed {} messages in {:.2} s: {} items made, {} forgotten, {} live",
+                mem.pipeline_name(),
+                r.messages,
+                t0.elapsed().as_secs_f64(),
+                r.items,
+                r.forgotten,
+                r.live
+            );
+            if let Some(l) = llm {
+                eprintln!("model: {}", l.stats().report());
+            }
+            Ok(())
+        }
+        MemoryCommand::Ask { m, k, budget, question } => {
+            let mut mem = m.open()?;
+            if mem.store().message_count(&m.user)? == 0 {
+                return Err(format!("no messages stored for user `{}` in {}", m.user, m.dir.display()).into());
+            }
+            let hits = mem.retrieve(&m.user, &question, k)?;
+            println!("retrieved ({} pipeline):", mem.pipeline_name());
+            for h in &hits {
+                print_hit(h);
+            }
+            let c = mem.compose(&m.user, &question, budget)?;
+            println!(
+                "\ncomposed context ({} tokens, {} items trimmed):\n{}",
+                c.tokens, c.trimmed, c.prompt
+            );
+            Ok(())
+        }
+        MemoryCommand::Forget { m, id } => {
+            m.open()?.forget(&m.user, id)?;
+            println!("forgot item {id} of `{}`", m.user);
+            Ok(())
+        }
+        MemoryCommand::Correct { m, id, text } => {
+            m.open()?.correct(&m.user, id, &text)?;
+            println!("corrected item {id} of `{}`", m.user);
+            Ok(())
+        }
+    }
+}
+
+/// `dentate eval …`
+#[derive(Subcommand, Debug)]
+pub enum EvalCommand {
+    /// Evidence recall / full coverage per LoCoMo category (LLM-free), and
+    /// with --llm, answers judged by the model.
+    Locomo(LocomoArgs),
+}
+
+/// Arguments of `dentate eval locomo`.
+#[derive(Args, Debug)]
+pub struct LocomoArgs {
+    /// LoCoMo JSON file.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Pipeline: rag or hema.
+    #[arg(long, default_value = "rag")]
+    pub pipeline: String,
+    /// Retrieval depths.
+    #[arg(long, default_value = "5,10,20")]
+    pub k: String,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// Working directory for the per-conversation memories (default: a
+    /// temporary one, removed afterwards).
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+    /// Prompt budget for generated answers.
+    #[arg(long, default_value_t = 3500)]
+    pub budget: usize,
+    /// Also use the model inside the pipeline (HEMA summaries), not only to
+    /// answer and judge.
+    #[arg(long)]
+    pub llm_pipeline: bool,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+}
+
+pub fn eval_cmd(c: EvalCommand) -> Res<()> {
+    let EvalCommand::Locomo(a) = c;
+    let ds = locomo::load(&a.data)?;
+    let ks = crate::commands::parse_list(&a.k, "k")?;
+    let embedder: Arc<dyn dentate_embed::Embedder> = Arc::from(make_embedder(&a.embedder)?);
+    let llm = a.llm.build()?;
+    let opts = EvalOptions {
+        pipeline: PipelineKind::parse(&a.pipeline)?,
+        ks,
+        embedder: embedder.clone(),
+        pipeline_llm: llm.clone().filter(|_| a.llm_pipeline),
+        judge_llm: llm.clone(),
+        budget: a.budget,
+    };
+    let tmp;
+    let workdir = match &a.workdir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = TempDir::new()?;
+            tmp.0.clone()
+        }
+    };
+    let out = eval::run(&ds, &opts, &workdir, &mut |m| eprintln!("{m}"))?;
+    if a.json {
+        let mut v = out.to_json();
+        v["pipeline"] = a.pipeline.clone().into();
+        v["embedder"] = embedder.name().into();
+        if let Some(l) = &llm {
+            v["llm_stats"] = l.stats().report().into();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("pipeline {} · embedder {}\n", a.pipeline, embedder.name());
+        println!("{}", out.to_markdown());
+        if let Some(l) = &llm {
+            println!("model: {}", l.stats().report());
+        }
+    }
+    Ok(())
+}
+
+/// A directory under the system temp folder, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Res<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let p = std::env::temp_dir().join(format!("dentate-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p)?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The built-in conversation of the quickstart: two friends over three
+/// sessions, with facts to recall later.
+const DEMO: &[(u32, &str, &str)] = &[
+    (
+        1,
+        "Maya",
+        "I finally signed the lease on a flat in Porto, I move in on the first of June.",
+    ),
+    (
+        1,
+        "Leo",
+        "That is huge! Is it the one near the river with the yellow tiles?",
+    ),
+    (
+        1,
+        "Maya",
+        "Yes, third floor, tiny balcony, and the landlord allows cats.",
+    ),
+    (
+        1,
+        "Leo",
+        "Speaking of cats, my cat Biscuit knocked my coffee onto the keyboard again.",
+    ),
+    (
+        1,
+        "Maya",
+        "Poor keyboard. Did you get the new job offer from the bakery supply company?",
+    ),
+    (
+        1,
+        "Leo",
+        "Not yet, the second interview is next Thursday with their head of logistics.",
+    ),
+    (
+        1,
+        "Maya",
+        "I am also starting Portuguese lessons twice a week with a tutor called Ines.",
+    ),
+    (1, "Leo", "Good luck with the verbs, they look brutal."),
+    (2, "Leo", "Update: I got the logistics job, I start in three weeks."),
+    (
+        2,
+        "Maya",
+        "Congratulations! We should celebrate at that ramen place on Cedar Street.",
+    ),
+    (
+        2,
+        "Leo",
+        "Deal. Biscuit is on a diet now, the vet says he is two kilos too heavy.",
+    ),
+    (
+        2,
+        "Maya",
+        "My tutor Ines says my pronunciation improved a lot, but my grammar is still weak.",
+    ),
+    (
+        2,
+        "Leo",
+        "I am training for a half marathon in October, running three times a week.",
+    ),
+    (
+        2,
+        "Maya",
+        "I can join you for the Sunday runs once I have moved to Porto.",
+    ),
+    (
+        3,
+        "Maya",
+        "The move went fine, but the movers broke the leg of my grandmother's oak table.",
+    ),
+    (
+        3,
+        "Leo",
+        "Oh no. There is a furniture restorer near my office who fixed my chair.",
+    ),
+    (
+        3,
+        "Maya",
+        "Please send me the restorer's number, the table matters a lot to me.",
+    ),
+    (3, "Leo", "Sure. Also, Biscuit lost half a kilo, the diet is working."),
+    (3, "Maya", "I adopted a kitten from the shelter, her name is Pimenta."),
+    (3, "Leo", "Pimenta and Biscuit should meet one day."),
+];
+
+const DEMO_QUESTIONS: &[&str] = &[
+    "Which city did Maya move to, and when?",
+    "What is the name of Leo's cat and what did the vet say?",
+    "What broke during Maya's move?",
+];
+
+/// Ingests the built-in conversation into a temporary HEMA memory
+/// (hashing embedder, extractive summarizer: offline) and answers three
+/// questions from it, showing the retrieved memories.
+pub fn quickstart_memory() -> Res<()> {
+    let dir = TempDir::new()?;
+    let embedder: Arc<dyn dentate_embed::Embedder> = Arc::new(dentate_embed::HashingEmbedder::new(384)?);
+    let mut mem = Memory::open(&dir.0, PipelineKind::parse("hema")?, embedder, None)?;
+    let msgs: Vec<NewMessage> = DEMO
+        .iter()
+        .enumerate()
+        .map(|(i, &(s, who, text))| NewMessage {
+            session: format!("session_{s}"),
+            speaker: who.into(),
+            text: text.into(),
+            // Sessions a week apart from 1 May 2025, a minute per turn.
+            said_at: Some(1_746_057_600 + i64::from(s - 1) * 7 * 86_400 + i as i64 * 60),
+            source_ref: Some(format!("S{s}#{}", i + 1)),
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    let r = mem.ingest("demo", &msgs)?;
+    println!(
+        "\nMemory: HEMA over a built-in {}-turn conversation (hashing embedder, extractive summaries, offline): \
+         {} items in {:.0} ms",
+        msgs.len(),
+        r.items,
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    let compact = mem.store().state("demo", "hema", "compact")?.unwrap_or_default();
+    println!("compact memory: {compact}");
+    for q in DEMO_QUESTIONS {
+        let t = std::time::Instant::now();
+        let hits = mem.retrieve("demo", q, 3)?;
+        let us = t.elapsed().as_micros();
+        println!("\nQ: {q}   ({us} µs)");
+        for h in &hits {
+            print_hit(h);
+        }
+    }
+    let c = mem.compose("demo", DEMO_QUESTIONS[0], 3500)?;
+    println!("\nprompt for the first question: {} tokens (budget 3,500)", c.tokens);
+    Ok(())
+}

@@ -1,0 +1,353 @@
+//! HEMA (Ahn 2025, "Hippocampus-inspired Extended Memory Architecture"):
+//! a one-sentence **compact memory** updated every turn, a **vector
+//! memory** of dialogue chunks, a **summary-of-summaries** every 100 turns,
+//! **semantic forgetting** of the lowest-salience 0.5% every 100 turns, and
+//! **prompt composition** in the paper's template within a token budget.
+//!
+//! Choices the paper leaves open, made here: one chunk per message
+//! (`speaker: text`, dated in prompts); the query is the question alone;
+//! K = 5; two tail turns; at each 100-turn boundary the compact summary of
+//! the block is stored as a searchable `summary` item (provenance: the
+//! block's messages), merged into the level-2 summary, and the compact
+//! memory restarts from that merge. Salience uses the core's β·δ form
+//! (the bonus goes to recently retrieved vectors; see
+//! `dentate_core::BonusForm`).
+
+use crate::error::{MemoryError, Result};
+use crate::pipeline::{
+    Composed, Env, IngestReport, Pipeline, Retrieved, check_embedder, embed_batch, embed_query, message_text,
+    open_vectors, render_item, resolve,
+};
+use crate::store::{Message, NewItem, Step};
+use crate::summarize::{WordStats, extractive, llm_merge, llm_update};
+use crate::tokens;
+use crate::vecmem::{VectorMemory, VectorMemoryConfig};
+use dentate_core::SalienceParams;
+
+/// HEMA settings (defaults from the paper where it gives them).
+#[derive(Debug, Clone)]
+pub struct HemaConfig {
+    /// Chunks retrieved per query (default 5).
+    pub k: usize,
+    /// Prompt budget in tokens (default 3,500).
+    pub budget: usize,
+    /// Previous turns in `<dialogue_tail>` (default 2).
+    pub tail_turns: usize,
+    /// Compact-summary limit in tokens (default 60).
+    pub summary_tokens: usize,
+    /// Turns between summary-of-summaries steps (default 100).
+    pub sos_every: i64,
+    /// Turns between forgetting rounds (default 100).
+    pub forget_every: i64,
+    /// Fraction pruned per round (default 0.005).
+    pub forget_fraction: f64,
+    /// Salience parameters (λ = 1, γ = 0.002, β = 0.5, window 100).
+    pub salience: SalienceParams,
+    /// Vector-memory settings.
+    pub vectors: VectorMemoryConfig,
+    /// Text of the `<system>` block.
+    pub system: String,
+}
+
+impl Default for HemaConfig {
+    fn default() -> Self {
+        HemaConfig {
+            k: 5,
+            budget: 3500,
+            tail_turns: 2,
+            summary_tokens: 60,
+            sos_every: 100,
+            forget_every: 100,
+            forget_fraction: 0.005,
+            salience: SalienceParams::default(),
+            vectors: VectorMemoryConfig::default(),
+            system: "You are a helpful assistant with long-term memory of this conversation. Use the compact \
+                     summary and the retrieved excerpts (dated) to answer; say so when they do not contain the answer."
+                .into(),
+        }
+    }
+}
+
+/// The HEMA pipeline.
+#[derive(Debug, Default)]
+pub struct Hema {
+    cfg: HemaConfig,
+    vectors: Option<VectorMemory>,
+}
+
+/// Pipeline state kept in the store between steps.
+struct State {
+    turn: i64,
+    compact: String,
+    level2: String,
+    words: WordStats,
+}
+
+impl Hema {
+    /// HEMA with `cfg`.
+    pub fn new(cfg: HemaConfig) -> Self {
+        Hema { cfg, vectors: None }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &HemaConfig {
+        &self.cfg
+    }
+
+    fn vectors(&mut self, env: &Env<'_>) -> Result<&mut VectorMemory> {
+        if self.vectors.is_none() {
+            self.vectors = Some(open_vectors(env, "hema", self.cfg.vectors.clone())?);
+        }
+        self.vectors
+            .as_mut()
+            .ok_or_else(|| MemoryError::Invalid("vector memory unavailable".into()))
+    }
+
+    fn load_state(env: &Env<'_>) -> Result<State> {
+        let get = |k: &str| env.store.state(env.user, "hema", k);
+        Ok(State {
+            turn: get("turn")?.and_then(|t| t.parse().ok()).unwrap_or(0),
+            compact: get("compact")?.unwrap_or_default(),
+            level2: get("level2")?.unwrap_or_default(),
+            words: get("words")?.map(|w| WordStats::from_json(&w)).unwrap_or_default(),
+        })
+    }
+
+    fn state_pairs(st: &State, offline: bool) -> Vec<(String, String)> {
+        let mut v = vec![
+            ("turn".to_string(), st.turn.to_string()),
+            ("compact".to_string(), st.compact.clone()),
+            ("level2".to_string(), st.level2.clone()),
+        ];
+        if offline {
+            v.push(("words".to_string(), st.words.to_json()));
+        }
+        v
+    }
+
+    /// Commits `step` with the state, then adds its vectors to the index.
+    fn flush(&mut self, env: &mut Env<'_>, step: &mut Step, st: &State) -> Result<usize> {
+        step.state = Self::state_pairs(st, env.llm.is_none());
+        step.turn = st.turn;
+        let ids = env.store.commit(env.user, "hema", step)?;
+        let dim = env.embedder.dim();
+        let mut rows = Vec::new();
+        let mut row_ids = Vec::new();
+        for (id, it) in ids.iter().zip(&step.add) {
+            if let Some(v) = &it.vector {
+                rows.extend_from_slice(v);
+                row_ids.push(*id);
+            }
+        }
+        let vm = self.vectors(env)?;
+        if !row_ids.is_empty() {
+            debug_assert_eq!(rows.len(), row_ids.len() * dim);
+            vm.add(&row_ids, st.turn, &rows)?;
+        }
+        vm.set_turn(st.turn);
+        if vm.needs_rebuild() {
+            let stored = env.store.vectors(env.user, "hema")?;
+            self.vectors(env)?.rebuild(stored)?;
+        }
+        let n = step.add.len();
+        *step = Step::default();
+        Ok(n)
+    }
+
+    /// One summary-of-summaries step at a block boundary: stores the
+    /// block's compact summary as an item, merges it into level 2, and
+    /// restarts the compact memory from the merge.
+    fn summary_of_summaries(&self, env: &mut Env<'_>, st: &mut State, step: &mut Step) -> Result<()> {
+        if st.compact.is_empty() {
+            return Ok(());
+        }
+        let block = env
+            .store
+            .messages_in_seq(env.user, st.turn - self.cfg.sos_every, st.turn)?;
+        let vector = env.embedder.embed(&[st.compact.as_str()])?;
+        step.add.push(NewItem {
+            kind: "summary".into(),
+            text: st.compact.clone(),
+            sources: block.iter().map(|m| m.id).collect(),
+            said_at: block.last().and_then(|m| m.msg.said_at),
+            refers_to: block.first().and_then(|m| m.msg.said_at),
+            vector: Some(vector),
+        });
+        st.level2 = match env.llm {
+            Some(llm) => llm_merge(llm, &st.level2, &st.compact, self.cfg.summary_tokens)?,
+            None => extractive(&st.level2, "", &st.compact, &st.words, self.cfg.summary_tokens),
+        };
+        st.compact = st.level2.clone();
+        Ok(())
+    }
+
+    fn tail(env: &Env<'_>, turn: i64, n: usize) -> Result<Vec<Message>> {
+        env.store.messages_in_seq(env.user, (turn - n as i64).max(0), turn)
+    }
+}
+
+impl Pipeline for Hema {
+    fn name(&self) -> &'static str {
+        "hema"
+    }
+
+    fn ingest(&mut self, env: &mut Env<'_>, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport> {
+        check_embedder(env, "hema")?;
+        let after = env.store.progress(env.user, "hema")?;
+        let msgs = env.store.messages_after(env.user, after)?;
+        let mut st = Self::load_state(env)?;
+        let mut report = IngestReport::default();
+        let mut step = Step::default();
+        let dim = env.embedder.dim();
+        // Offline, commit every 32 messages; with a model, after every
+        // message (each costs a call that should not be repeated).
+        let group = if env.llm.is_some() { 1 } else { 32 };
+        for (g, batch) in msgs.chunks(32).enumerate() {
+            let texts: Vec<String> = batch.iter().map(message_text).collect();
+            let vecs = embed_batch(env.embedder, &texts)?;
+            for (i, (m, text)) in batch.iter().zip(texts).enumerate() {
+                st.turn += 1;
+                st.words.observe(&m.msg.text);
+                st.compact = match env.llm {
+                    Some(llm) => llm_update(llm, &st.compact, &m.msg.speaker, &m.msg.text, self.cfg.summary_tokens)?,
+                    None => extractive(
+                        &st.compact,
+                        &m.msg.speaker,
+                        &m.msg.text,
+                        &st.words,
+                        self.cfg.summary_tokens,
+                    ),
+                };
+                step.add.push(NewItem {
+                    kind: "chunk".into(),
+                    text,
+                    sources: vec![m.id],
+                    said_at: m.msg.said_at,
+                    refers_to: m.msg.said_at,
+                    vector: Some(vecs[i * dim..(i + 1) * dim].to_vec()),
+                });
+                step.processed_through = Some(m.id);
+                let sos = self.cfg.sos_every > 0 && st.turn % self.cfg.sos_every == 0;
+                let forget = self.cfg.forget_every > 0 && st.turn % self.cfg.forget_every == 0;
+                if sos {
+                    self.summary_of_summaries(env, &mut st, &mut step)?;
+                }
+                if sos || forget || step.add.len() >= group || i + 1 == batch.len() {
+                    report.items += self.flush(env, &mut step, &st)?;
+                }
+                if forget {
+                    let fraction = self.cfg.forget_fraction;
+                    let params = self.cfg.salience;
+                    let gone = self.vectors(env)?.prune(fraction, &params)?;
+                    if !gone.is_empty() {
+                        let del = Step {
+                            delete: gone.clone(),
+                            ..Default::default()
+                        };
+                        env.store.commit(env.user, "hema", &del)?;
+                        report.forgotten += gone.len();
+                    }
+                }
+                report.messages += 1;
+            }
+            progress((g * 32 + batch.len()).min(msgs.len()), msgs.len());
+        }
+        let vm = self.vectors(env)?;
+        report.live = vm.len();
+        if report.messages > 0 {
+            vm.save()?;
+        }
+        Ok(report)
+    }
+
+    fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>> {
+        let q = embed_query(env, query)?;
+        let turn = Self::load_state(env)?.turn;
+        let vm = self.vectors(env)?;
+        let hits = vm.search(&q, k)?;
+        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+        vm.record_retrieval(&ids, turn);
+        resolve(env, &hits)
+    }
+
+    fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {
+        let st = Self::load_state(env)?;
+        let retrieved = self.retrieve(env, query, self.cfg.k)?;
+        let tail = Self::tail(env, st.turn, self.cfg.tail_turns)?;
+        let system = format!("<system> {} </system>\n", self.cfg.system);
+        let user = format!("<user> {query} </user>");
+        let fixed = tokens::count(&system) + tokens::count(&user);
+        if fixed > budget {
+            return Err(MemoryError::Invalid(format!(
+                "the system text and the question take {fixed} tokens, over the budget of {budget}"
+            )));
+        }
+        let render = |compact: &str, chunks: &[Retrieved], tail: &[Message]| {
+            let mut p = system.clone();
+            p.push_str(&format!("<compact> {compact} </compact>\n<retrieved>\n"));
+            for r in chunks {
+                p.push_str(&render_item(&r.item));
+                p.push('\n');
+            }
+            p.push_str("</retrieved>\n<dialogue_tail>\n");
+            for m in tail {
+                p.push_str(&message_text(m));
+                p.push('\n');
+            }
+            p.push_str("</dialogue_tail>\n");
+            p.push_str(&user);
+            p
+        };
+        // Retrieved chunks are best first: drop from the end (lowest
+        // similarity) first, then the oldest tail turns, then shorten the
+        // compact summary.
+        let mut chunks = retrieved.clone();
+        let mut tail = tail;
+        let mut compact = st.compact.clone();
+        loop {
+            let p = render(&compact, &chunks, &tail);
+            let t = tokens::count(&p);
+            if t <= budget {
+                return Ok(Composed {
+                    prompt: p,
+                    tokens: t,
+                    trimmed: retrieved.len() - chunks.len(),
+                    included: chunks,
+                });
+            }
+            if chunks.pop().is_some() {
+                continue;
+            }
+            if !tail.is_empty() {
+                tail.remove(0);
+                continue;
+            }
+            let over = t - budget;
+            let keep = tokens::count(&compact).saturating_sub(over);
+            if compact.is_empty() {
+                // Only the fixed parts remain and they fit (checked above).
+                return Err(MemoryError::Invalid(format!(
+                    "cannot fit the prompt in {budget} tokens"
+                )));
+            }
+            compact = tokens::truncate(&compact, keep);
+        }
+    }
+
+    fn drop_item(&mut self, id: i64) {
+        if let Some(vm) = self.vectors.as_mut() {
+            vm.remove(&[id]);
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.vectors.as_ref().map_or(0, VectorMemory::memory_bytes)
+    }
+
+    fn save(&self) -> Result<()> {
+        match &self.vectors {
+            Some(vm) => vm.save(),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! # dentate-memory
+//!
+//! The memory layer over the Dentate engine:
+//!
+//! - [`Store`]: SQLite (bundled, WAL, migrations) per memory directory;
+//!   raw messages are committed before processing, every item keeps its
+//!   provenance (source message ids, said-at and refers-to times), users
+//!   are namespaces, items can be deleted or corrected by id.
+//! - [`Llm`] and [`OpenAiChat`]: any OpenAI-compatible chat endpoint, with
+//!   timeouts, retries, strict JSON parsing and one repair request
+//!   ([`ask_json`]); calls, tokens and latency are counted.
+//! - [`Pipeline`]s: the turn-level [`Rag`] baseline and [`Hema`].
+//! - [`Memory`]: a directory, a pipeline, many users.
+//! - [`locomo`]: the LoCoMo dataset and the LLM-free evidence-recall
+//!   evaluation.
+#![warn(missing_docs)]
+
+mod error;
+pub mod eval;
+pub mod hema;
+pub mod input;
+pub mod llm;
+pub mod locomo;
+mod memory;
+pub mod pipeline;
+pub mod rag;
+pub mod store;
+pub mod summarize;
+pub mod time;
+pub mod tokens;
+pub mod vecmem;
+
+pub use error::{MemoryError, Result};
+pub use hema::{Hema, HemaConfig};
+pub use llm::{ChatConfig, ChatMessage, Llm, LlmError, LlmStats, OpenAiChat, ask_json};
+pub use memory::{Memory, PipelineKind};
+pub use pipeline::{Composed, Env, IngestReport, Pipeline, Retrieved};
+pub use rag::Rag;
+pub use store::{Item, Message, NewItem, NewMessage, Store};
+pub use vecmem::{VectorMemory, VectorMemoryConfig};

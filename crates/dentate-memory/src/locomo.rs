@@ -1,0 +1,1518 @@
+//! LoCoMo benchmark loading and retrieval-evaluation helpers.
+//!
+//! [LoCoMo](https://snap-research.github.io/locomo/) is a long-term conversational memory benchmark. Its data file
+//! is a JSON array of *samples*; each sample holds one two-person conversation split into numbered sessions plus a
+//! list of questions whose `evidence` field names the dialogue turns (`"D<session>:<turn>"`) that support the answer.
+//!
+//! ```text
+//! [{ "sample_id": "conv-x",
+//!    "conversation": { "speaker_a": "A", "speaker_b": "B",
+//!                      "session_1_date_time": "1:56 pm on 8 May, 2023",
+//!                      "session_1": [{ "speaker": "A", "dia_id": "D1:1", "text": "...",
+//!                                      "blip_caption": "optional photo caption" }, ...], ... },
+//!    "qa": [{ "question": "...", "answer": "..." | 2022, "adversarial_answer": "...",
+//!             "evidence": ["D1:1", ...], "category": 1..=5 }, ...],
+//!    ... other keys (observations, summaries) are ignored ... }]
+//! ```
+//!
+//! The published data has a handful of defects. [`parse`] repairs what can be repaired, drops what cannot, and
+//! counts every intervention in a [`SkipReport`] so an evaluation can state exactly what it ran on:
+//!
+//! * evidence strings holding several ids (`"D8:6; D9:17"`) are split; stray whitespace, lowercase `d`, a colon
+//!   after the `D` (`"D:11:26"`), a trailing colon and leading zeros are normalised to the canonical `"D11:26"`;
+//!   unrecoverable strings (e.g. a bare `"D"`) are dropped;
+//! * evidence ids that name no turn of the conversation are dropped, duplicates are removed, and questions left with
+//!   no evidence are kept (so answer-level scoring still sees them) but counted; [`aggregate`] does not score them;
+//! * questions with no question text or with a category outside `1..=5` are skipped;
+//! * numeric answers (e.g. `2022`) are converted to strings;
+//! * `session_N_date_time` keys without a matching `session_N` create no session.
+//!
+//! Turns that carry a photo (`blip_caption`) get ` [shares a photo: <caption>]` appended to their text, because in
+//! the benchmark the caption is the only textual trace of the photo and questions are asked about it.
+//!
+//! The evaluation half of the module is pure: an evaluator runs retrieval elsewhere, fills one [`QuestionResult`]
+//! per question and calls [`aggregate`] to get an [`EvalReport`] with per-category evidence recall, full-coverage
+//! rate, context size and latency percentiles.
+
+use crate::time::{days_from_civil, days_in_month};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+/// Errors returned by [`parse`] and [`load`].
+#[derive(Debug, thiserror::Error)]
+pub enum LocomoError {
+    /// The file could not be read.
+    #[error("cannot read LoCoMo file {}: {source}", path.display())]
+    Io {
+        /// The path that was being read.
+        path: PathBuf,
+        /// The underlying I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The input is not valid JSON.
+    #[error("LoCoMo data is not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The JSON is valid but not shaped like LoCoMo data (a missing or mistyped structural field).
+    #[error("unexpected LoCoMo structure in sample {sample}: {reason}")]
+    Shape {
+        /// The sample's `sample_id`, or `#<index>` when the id itself is unusable, or `<top level>`.
+        sample: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+/// A parsed LoCoMo file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    /// The conversations (samples), in file order.
+    pub conversations: Vec<Conversation>,
+    /// What was repaired, dropped or skipped while parsing.
+    pub skipped: SkipReport,
+}
+
+/// One LoCoMo sample: a two-person conversation and the questions asked about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversation {
+    /// The sample id, e.g. `"conv-26"`.
+    pub sample_id: String,
+    /// Name of the first speaker.
+    pub speaker_a: String,
+    /// Name of the second speaker.
+    pub speaker_b: String,
+    /// Sessions in ascending session number.
+    pub sessions: Vec<Session>,
+    /// Usable questions, in file order.
+    pub qa: Vec<Qa>,
+}
+
+/// One session (a sitting) of a conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// The session number `N` from the `session_N` key.
+    pub index: u32,
+    /// The raw `session_N_date_time` string (trimmed), if present and non-empty.
+    pub date_time: Option<String>,
+    /// [`Session::date_time`] parsed with [`parse_locomo_date`]: Unix seconds, reading the time as UTC.
+    pub said_at: Option<i64>,
+    /// The turns, in file order.
+    pub turns: Vec<Turn>,
+}
+
+/// One dialogue turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// Canonical dialogue id, `"D<session>:<turn>"`.
+    pub dia_id: String,
+    /// Who spoke.
+    pub speaker: String,
+    /// What was said. When the turn shares a photo (`blip_caption` present and non-empty), the text is followed by
+    /// ` [shares a photo: <caption>]` (or is just `[shares a photo: <caption>]` when the turn has no text).
+    pub text: String,
+}
+
+/// One benchmark question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Qa {
+    /// The question text.
+    pub question: String,
+    /// The gold answer; numeric answers are converted to their decimal string. Absent for most adversarial
+    /// (category 5) questions.
+    pub answer: Option<String>,
+    /// For adversarial questions: the tempting but wrong answer.
+    pub adversarial_answer: Option<String>,
+    /// Canonical, de-duplicated evidence dialogue ids (`"D1:3"`) that exist in the conversation.
+    pub evidence: Vec<String>,
+    /// Question category, `1..=5`; see [`category_name`].
+    pub category: u8,
+}
+
+/// Counts of every repair, drop and skip [`parse`] performed. All counts are over the whole file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SkipReport {
+    /// `session_N_date_time` keys with no `session_N`; no session is created for them.
+    pub date_times_without_session: usize,
+    /// Sessions with no (or an empty) `session_N_date_time`.
+    pub sessions_without_date: usize,
+    /// Sessions whose date string [`parse_locomo_date`] could not parse (`said_at` is `None`).
+    pub unparseable_dates: usize,
+    /// Sessions with no turns (kept).
+    pub empty_sessions: usize,
+    /// Turns skipped because they are not objects or lack a string `dia_id`, `speaker` or `text`.
+    pub malformed_turns_skipped: usize,
+    /// Turn `dia_id`s rewritten to canonical form.
+    pub turn_ids_normalised: usize,
+    /// Turn `dia_id`s that are not of the form `D<n>:<m>` (kept verbatim, trimmed).
+    pub unparseable_turn_ids: usize,
+    /// Turns whose `dia_id` repeats an earlier turn of the same conversation (kept).
+    pub duplicate_turn_ids: usize,
+    /// Turns whose photo caption was appended to the text.
+    pub photo_captions_appended: usize,
+    /// Evidence strings that held several ids and were split (`"D8:6; D9:17"`).
+    pub evidence_split: usize,
+    /// Evidence ids rewritten to canonical form (whitespace, case, stray colons, leading zeros).
+    pub evidence_normalised: usize,
+    /// Evidence entries dropped because no dialogue id could be recovered from them (e.g. `"D"`).
+    pub evidence_malformed_dropped: usize,
+    /// Evidence ids dropped because the conversation has no such turn.
+    pub evidence_unknown_dropped: usize,
+    /// Evidence ids dropped because they repeat an earlier id of the same question.
+    pub evidence_duplicates_dropped: usize,
+    /// Questions kept with no evidence left (the evaluator does not score their recall).
+    pub empty_evidence_questions: usize,
+    /// Questions skipped because the category is missing or outside `1..=5`.
+    pub invalid_category_skipped: usize,
+    /// Questions skipped because the question text is missing, empty or not a string (or the entry is not an object).
+    pub missing_question_skipped: usize,
+    /// Numeric `answer`/`adversarial_answer` values converted to strings.
+    pub numeric_answers_converted: usize,
+    /// `answer`/`adversarial_answer` values of another type (bool, array, object) that were dropped.
+    pub unusable_answers: usize,
+}
+
+impl SkipReport {
+    /// Every counter with its field name, in declaration order.
+    pub fn counts(&self) -> [(&'static str, usize); 19] {
+        [
+            ("date_times_without_session", self.date_times_without_session),
+            ("sessions_without_date", self.sessions_without_date),
+            ("unparseable_dates", self.unparseable_dates),
+            ("empty_sessions", self.empty_sessions),
+            ("malformed_turns_skipped", self.malformed_turns_skipped),
+            ("turn_ids_normalised", self.turn_ids_normalised),
+            ("unparseable_turn_ids", self.unparseable_turn_ids),
+            ("duplicate_turn_ids", self.duplicate_turn_ids),
+            ("photo_captions_appended", self.photo_captions_appended),
+            ("evidence_split", self.evidence_split),
+            ("evidence_normalised", self.evidence_normalised),
+            ("evidence_malformed_dropped", self.evidence_malformed_dropped),
+            ("evidence_unknown_dropped", self.evidence_unknown_dropped),
+            ("evidence_duplicates_dropped", self.evidence_duplicates_dropped),
+            ("empty_evidence_questions", self.empty_evidence_questions),
+            ("invalid_category_skipped", self.invalid_category_skipped),
+            ("missing_question_skipped", self.missing_question_skipped),
+            ("numeric_answers_converted", self.numeric_answers_converted),
+            ("unusable_answers", self.unusable_answers),
+        ]
+    }
+
+    /// The nonzero counters as `name=count` pairs separated by `", "`, or `"none"` when every counter is zero.
+    pub fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .counts()
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| format!("{name}={n}"))
+            .collect();
+        if parts.is_empty() {
+            "none".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// Reads and parses a LoCoMo JSON file; see [`parse`].
+pub fn load(path: &Path) -> Result<Dataset, LocomoError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LocomoError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text)
+}
+
+/// Parses LoCoMo JSON: a top-level array of samples, or a single sample object.
+///
+/// Structural problems (a sample without a `conversation` object, speakers or `sample_id`, a `session_N` or `qa`
+/// that is not an array) are errors; data defects are repaired or skipped and counted in [`Dataset::skipped`] (see
+/// the module documentation).
+pub fn parse(json: &str) -> Result<Dataset, LocomoError> {
+    let value: Value = serde_json::from_str(json)?;
+    let samples: Vec<&Value> = match &value {
+        Value::Array(items) => items.iter().collect(),
+        Value::Object(_) => vec![&value],
+        _ => {
+            return Err(LocomoError::Shape {
+                sample: "<top level>".to_string(),
+                reason: "expected an array of samples or a single sample object".to_string(),
+            });
+        }
+    };
+    let mut skipped = SkipReport::default();
+    let mut conversations = Vec::with_capacity(samples.len());
+    for (i, sample) in samples.into_iter().enumerate() {
+        conversations.push(parse_sample(i, sample, &mut skipped)?);
+    }
+    Ok(Dataset { conversations, skipped })
+}
+
+fn shape(sample: &str, reason: impl Into<String>) -> LocomoError {
+    LocomoError::Shape {
+        sample: sample.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn required_str<'a>(obj: &'a Map<String, Value>, key: &str, sample: &str) -> Result<&'a str, LocomoError> {
+    match obj.get(key) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.trim()),
+        Some(_) => Err(shape(sample, format!("`{key}` is not a non-empty string"))),
+        None => Err(shape(sample, format!("missing `{key}`"))),
+    }
+}
+
+/// The raw JSON pieces of one session number.
+#[derive(Default)]
+struct SessionParts<'a> {
+    turns: Option<&'a Value>,
+    date_time: Option<&'a Value>,
+}
+
+/// Splits a conversation key into its session number and whether it is the date key. Only canonical decimal numbers
+/// (no sign, no leading zero) are accepted so that two keys can never name the same session.
+fn session_key(key: &str) -> Option<(u32, bool)> {
+    let rest = key.strip_prefix("session_")?;
+    let (num, is_date) = match rest.strip_suffix("_date_time") {
+        Some(num) => (num, true),
+        None => (rest, false),
+    };
+    if num.len() > 1 && num.starts_with('0') {
+        return None;
+    }
+    Some((parse_digits(num)?, is_date))
+}
+
+fn parse_sample(i: usize, value: &Value, skipped: &mut SkipReport) -> Result<Conversation, LocomoError> {
+    let index_name = format!("#{i}");
+    let obj = value
+        .as_object()
+        .ok_or_else(|| shape(&index_name, "sample is not a JSON object"))?;
+    let sample_id = required_str(obj, "sample_id", &index_name)?.to_string();
+    let sid = sample_id.as_str();
+    let conv = match obj.get("conversation") {
+        Some(Value::Object(conv)) => conv,
+        Some(_) => return Err(shape(sid, "`conversation` is not an object")),
+        None => return Err(shape(sid, "missing `conversation`")),
+    };
+    let speaker_a = required_str(conv, "speaker_a", sid)?.to_string();
+    let speaker_b = required_str(conv, "speaker_b", sid)?.to_string();
+
+    let mut parts: BTreeMap<u32, SessionParts<'_>> = BTreeMap::new();
+    for (key, v) in conv {
+        if let Some((n, is_date)) = session_key(key) {
+            let entry = parts.entry(n).or_default();
+            if is_date {
+                entry.date_time = Some(v);
+            } else {
+                entry.turns = Some(v);
+            }
+        }
+    }
+
+    let mut sessions = Vec::new();
+    let mut seen_ids: HashSet<String> = HashSet::new();
+    for (index, part) in parts {
+        let Some(turns_value) = part.turns else {
+            skipped.date_times_without_session += 1;
+            continue;
+        };
+        let turns_json = turns_value
+            .as_array()
+            .ok_or_else(|| shape(sid, format!("`session_{index}` is not an array")))?;
+        let date_time = match part.date_time {
+            Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
+            _ => None,
+        };
+        let said_at = date_time.as_deref().and_then(parse_locomo_date);
+        if date_time.is_none() {
+            skipped.sessions_without_date += 1;
+        } else if said_at.is_none() {
+            skipped.unparseable_dates += 1;
+        }
+        let mut turns = Vec::with_capacity(turns_json.len());
+        for t in turns_json {
+            if let Some(turn) = parse_turn(t, skipped) {
+                if !seen_ids.insert(turn.dia_id.clone()) {
+                    skipped.duplicate_turn_ids += 1;
+                }
+                turns.push(turn);
+            }
+        }
+        if turns.is_empty() {
+            skipped.empty_sessions += 1;
+        }
+        sessions.push(Session {
+            index,
+            date_time,
+            said_at,
+            turns,
+        });
+    }
+
+    let qa_json: &[Value] = match obj.get("qa") {
+        None | Some(Value::Null) => &[],
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(shape(sid, "`qa` is not an array")),
+    };
+    let mut qa = Vec::with_capacity(qa_json.len());
+    for q in qa_json {
+        if let Some(q) = parse_qa(q, &seen_ids, skipped) {
+            qa.push(q);
+        }
+    }
+    Ok(Conversation {
+        sample_id,
+        speaker_a,
+        speaker_b,
+        sessions,
+        qa,
+    })
+}
+
+fn parse_turn(value: &Value, skipped: &mut SkipReport) -> Option<Turn> {
+    let fields = value.as_object().and_then(|obj| {
+        let dia_id = obj.get("dia_id")?.as_str()?;
+        let speaker = obj.get("speaker")?.as_str()?;
+        let text = obj.get("text")?.as_str()?;
+        Some((obj, dia_id, speaker, text))
+    });
+    let Some((obj, raw_id, speaker, text)) = fields else {
+        skipped.malformed_turns_skipped += 1;
+        return None;
+    };
+    let compact: String = raw_id.chars().filter(|c| !c.is_whitespace()).collect();
+    let dia_id = match canonical_dia_id(&compact) {
+        Some(id) => {
+            if id != raw_id {
+                skipped.turn_ids_normalised += 1;
+            }
+            id
+        }
+        None => {
+            skipped.unparseable_turn_ids += 1;
+            raw_id.trim().to_string()
+        }
+    };
+    let mut text = text.to_string();
+    if let Some(caption) = obj
+        .get("blip_caption")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+    {
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        // `write!` into a `String` cannot fail.
+        let _ = write!(text, "[shares a photo: {caption}]");
+        skipped.photo_captions_appended += 1;
+    }
+    Some(Turn {
+        dia_id,
+        speaker: speaker.to_string(),
+        text,
+    })
+}
+
+fn parse_answer(value: Option<&Value>, skipped: &mut SkipReport) -> Option<String> {
+    match value? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => {
+            skipped.numeric_answers_converted += 1;
+            Some(n.to_string())
+        }
+        Value::Null => None,
+        _ => {
+            skipped.unusable_answers += 1;
+            None
+        }
+    }
+}
+
+fn parse_qa(value: &Value, known_ids: &HashSet<String>, skipped: &mut SkipReport) -> Option<Qa> {
+    let question = value
+        .as_object()
+        .and_then(|obj| obj.get("question"))
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|q| !q.is_empty());
+    let (Some(obj), Some(question)) = (value.as_object(), question) else {
+        skipped.missing_question_skipped += 1;
+        return None;
+    };
+    let category = match obj.get("category").and_then(Value::as_u64) {
+        Some(c @ 1..=5) => c as u8,
+        _ => {
+            skipped.invalid_category_skipped += 1;
+            return None;
+        }
+    };
+    let answer = parse_answer(obj.get("answer"), skipped);
+    let adversarial_answer = parse_answer(obj.get("adversarial_answer"), skipped);
+
+    let raw_evidence: Vec<&Value> = match obj.get("evidence") {
+        Some(Value::Array(items)) => items.iter().collect(),
+        Some(v @ Value::String(_)) => vec![v],
+        _ => Vec::new(),
+    };
+    let mut evidence: Vec<String> = Vec::new();
+    for raw in raw_evidence {
+        let Some(raw) = raw.as_str() else {
+            skipped.evidence_malformed_dropped += 1;
+            continue;
+        };
+        // A turn whose own id is not canonical is matched verbatim.
+        if canonical_dia_id(raw.trim()).is_none() && known_ids.contains(raw.trim()) {
+            if evidence.iter().any(|e| e == raw.trim()) {
+                skipped.evidence_duplicates_dropped += 1;
+            } else {
+                evidence.push(raw.trim().to_string());
+            }
+            continue;
+        }
+        let parsed = normalise_evidence(raw);
+        skipped.evidence_malformed_dropped += parsed.malformed;
+        skipped.evidence_normalised += parsed.normalised;
+        if parsed.split {
+            skipped.evidence_split += 1;
+        }
+        for id in parsed.ids {
+            if !known_ids.contains(&id) {
+                skipped.evidence_unknown_dropped += 1;
+            } else if evidence.contains(&id) {
+                skipped.evidence_duplicates_dropped += 1;
+            } else {
+                evidence.push(id);
+            }
+        }
+    }
+    if evidence.is_empty() {
+        skipped.empty_evidence_questions += 1;
+    }
+    Some(Qa {
+        question: question.to_string(),
+        answer,
+        adversarial_answer,
+        evidence,
+        category,
+    })
+}
+
+/// Outcome of normalising one raw evidence string.
+#[derive(Debug, Default, PartialEq)]
+struct EvidenceParse {
+    /// Canonical ids recovered, in order.
+    ids: Vec<String>,
+    /// Pieces from which no id could be recovered.
+    malformed: usize,
+    /// Whether the string held several ids.
+    split: bool,
+    /// Ids whose canonical form differs from the text they came from.
+    normalised: usize,
+}
+
+/// Normalises one raw evidence string into canonical dialogue ids.
+fn normalise_evidence(raw: &str) -> EvidenceParse {
+    // (original text, whitespace-free text) of each candidate id.
+    let mut pieces: Vec<(String, String)> = Vec::new();
+    for part in raw.split([';', ',']) {
+        let compact: String = part.chars().filter(|c| !c.is_whitespace()).collect();
+        if compact.is_empty() {
+            continue;
+        }
+        let chunks = split_before_d(&compact);
+        if chunks.len() == 1 {
+            pieces.push((part.trim().to_string(), compact));
+        } else {
+            pieces.extend(chunks.into_iter().map(|c| (c.to_string(), c.to_string())));
+        }
+    }
+    let mut out = EvidenceParse::default();
+    if pieces.is_empty() {
+        out.malformed = 1;
+        return out;
+    }
+    out.split = pieces.len() > 1;
+    for (original, compact) in &pieces {
+        match canonical_dia_id(compact) {
+            Some(id) => {
+                if out.split && id != *original {
+                    out.normalised += 1;
+                }
+                out.ids.push(id);
+            }
+            None => out.malformed += 1,
+        }
+    }
+    if !out.split && out.ids.len() == 1 && out.ids.first().is_some_and(|id| id != raw) {
+        out.normalised = 1;
+    }
+    out
+}
+
+/// Splits a whitespace-free string before every `D`/`d` except the first character (`"D1:2D3:4"` → two chunks).
+fn split_before_d(s: &str) -> Vec<&str> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        if i > 0 && (c == 'D' || c == 'd') {
+            chunks.push(&s[start..i]);
+            start = i;
+        }
+    }
+    chunks.push(&s[start..]);
+    chunks
+}
+
+/// Canonical `"D<s>:<t>"` from a whitespace-free id, tolerating lowercase `d`, a colon after the `D`, one trailing
+/// colon or period, and leading zeros.
+fn canonical_dia_id(compact: &str) -> Option<String> {
+    let rest = compact.strip_prefix(['D', 'd'])?;
+    let rest = rest.strip_prefix(':').unwrap_or(rest);
+    let rest = rest.strip_suffix([':', '.']).unwrap_or(rest);
+    let (session, turn) = rest.split_once(':')?;
+    Some(format!("D{}:{}", parse_digits(session)?, parse_digits(turn)?))
+}
+
+/// Parses a non-empty run of ASCII digits (no sign) that fits a `u32`.
+fn parse_digits(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Parses a LoCoMo session timestamp such as `"1:56 pm on 8 May, 2023"` into Unix seconds, reading the time as UTC.
+///
+/// Accepted shape: `<h>:<mm> [am|pm] on <day> <month>[,] <yyyy>`, case-insensitive, where `<month>` is an English
+/// month name or an unambiguous prefix of at least three letters (`"Sep"`, `"Sept"`), `<day>` may carry an ordinal
+/// suffix (`"8th"`), and `"<month> <day>, <yyyy>"` order is also accepted. With `am`/`pm` the hour must be `1..=12`
+/// (`12 am` is midnight, `12 pm` noon); without it the hour is read as 24-hour `0..=23`. Returns `None` for anything
+/// else, including impossible dates such as 29 February of a non-leap year.
+pub fn parse_locomo_date(s: &str) -> Option<i64> {
+    let lower = s.trim().to_ascii_lowercase();
+    let (time, date) = lower.split_once(" on ")?;
+    let (hour, minute) = parse_clock(time.trim())?;
+    let (year, month, day) = parse_calendar_date(date.trim())?;
+    let days = days_from_civil(year, month, day);
+    Some(days * 86_400 + i64::from(hour) * 3_600 + i64::from(minute) * 60)
+}
+
+/// `"1:56 pm"` / `"10:37am"` / `"13:05"` → (hour 0..=23, minute).
+fn parse_clock(time: &str) -> Option<(u32, u32)> {
+    let (clock, meridiem) = if let Some(c) = time.strip_suffix("am").or_else(|| time.strip_suffix("a.m.")) {
+        (c.trim_end(), Some(false))
+    } else if let Some(c) = time.strip_suffix("pm").or_else(|| time.strip_suffix("p.m.")) {
+        (c.trim_end(), Some(true))
+    } else {
+        (time, None)
+    };
+    let (h, m) = clock.split_once(':')?;
+    if h.len() > 2 || m.len() != 2 {
+        return None;
+    }
+    let (hour, minute) = (parse_digits(h)?, parse_digits(m)?);
+    if minute > 59 {
+        return None;
+    }
+    let hour = match meridiem {
+        None if hour <= 23 => hour,
+        Some(pm) if (1..=12).contains(&hour) => (hour % 12) + if pm { 12 } else { 0 },
+        _ => return None,
+    };
+    Some((hour, minute))
+}
+
+/// `"8 may, 2023"` / `"may 8, 2023"` → (year, month 1..=12, day).
+fn parse_calendar_date(date: &str) -> Option<(i64, u32, u32)> {
+    let tokens: Vec<&str> = date
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+        .collect();
+    let [first, second, year] = tokens.as_slice() else {
+        return None;
+    };
+    let (day, month) = if first.starts_with(|c: char| c.is_ascii_digit()) {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let day = day.strip_suffix("st").or_else(|| day.strip_suffix("nd")).unwrap_or(day);
+    let day = day.strip_suffix("rd").or_else(|| day.strip_suffix("th")).unwrap_or(day);
+    if year.len() != 4 || day.len() > 2 {
+        return None;
+    }
+    let year = i64::from(parse_digits(year)?);
+    let month = month_number(month)?;
+    let day = parse_digits(day)?;
+    if day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    Some((year, month, day))
+}
+
+fn month_number(name: &str) -> Option<u32> {
+    const MONTHS: [&str; 12] = [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    ];
+    if name.len() < 3 {
+        return None;
+    }
+    MONTHS
+        .iter()
+        .position(|m| m.starts_with(name))
+        .and_then(|i| u32::try_from(i + 1).ok())
+}
+
+/// Human-readable name of a LoCoMo question category: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop,
+/// 5 adversarial; anything else is `"unknown"`.
+pub fn category_name(c: u8) -> &'static str {
+    match c {
+        1 => "multi-hop",
+        2 => "temporal",
+        3 => "open-domain",
+        4 => "single-hop",
+        5 => "adversarial",
+        _ => "unknown",
+    }
+}
+
+/// What retrieval produced for one question, as input to [`aggregate`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuestionResult {
+    /// The question's category (`1..=5`).
+    pub category: u8,
+    /// The question's evidence dialogue ids (duplicates are counted once).
+    pub evidence: Vec<String>,
+    /// Per entry of `ks` (same order): the dialogue ids covered by the top-k retrieved items.
+    pub retrieved: Vec<Vec<String>>,
+    /// Per entry of `ks` (same order): the size in tokens of the context built from the top-k items.
+    pub context_tokens: Vec<usize>,
+    /// Retrieval latency in microseconds.
+    pub latency_us: u64,
+}
+
+/// Metrics of one report row at one k.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KMetrics {
+    /// The k these metrics are for.
+    pub k: usize,
+    /// Questions scored at this k: non-empty evidence and a `retrieved` entry for this k.
+    pub scored: usize,
+    /// Mean over scored questions of the fraction of their distinct evidence ids retrieved; `None` if none scored.
+    pub mean_recall: Option<f64>,
+    /// Fraction of scored questions with all evidence retrieved; `None` if none scored.
+    pub full_coverage: Option<f64>,
+    /// Mean context tokens over scored questions that report tokens for this k; `None` if there are none.
+    pub mean_context_tokens: Option<f64>,
+}
+
+/// One row of an [`EvalReport`]: a category, or all questions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CategoryReport {
+    /// The category, or `None` for the overall row.
+    pub category: Option<u8>,
+    /// [`category_name`] of the category, or `"overall"`.
+    pub name: &'static str,
+    /// All questions in the row, scored or not.
+    pub questions: usize,
+    /// Questions with non-empty evidence.
+    pub scored: usize,
+    /// Metrics per k, in the order of the `ks` given to [`aggregate`].
+    pub per_k: Vec<KMetrics>,
+}
+
+/// Aggregated retrieval metrics, produced by [`aggregate`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalReport {
+    /// The k values, in the order given.
+    pub ks: Vec<usize>,
+    /// One row per category present in the results, ascending by category number.
+    pub categories: Vec<CategoryReport>,
+    /// All questions together.
+    pub overall: CategoryReport,
+    /// Median latency over all questions (nearest rank), in microseconds; `None` without questions.
+    pub latency_p50_us: Option<u64>,
+    /// 95th-percentile latency over all questions (nearest rank), in microseconds; `None` without questions.
+    pub latency_p95_us: Option<u64>,
+}
+
+/// Aggregates per-question retrieval results into per-category and overall metrics.
+///
+/// For each k index `i`, a question is scored when its evidence is non-empty and `retrieved[i]` exists; its recall is
+/// the fraction of its distinct evidence ids found in `retrieved[i]`, and it is fully covered when that fraction is 1.
+/// Context tokens are averaged over the same scored questions (those that have `context_tokens[i]`). Latency
+/// percentiles use the nearest-rank method over every question, scored or not.
+pub fn aggregate(ks: &[usize], results: &[QuestionResult]) -> EvalReport {
+    let categories: BTreeSet<u8> = results.iter().map(|r| r.category).collect();
+    let rows = categories
+        .into_iter()
+        .map(|c| {
+            let members: Vec<&QuestionResult> = results.iter().filter(|r| r.category == c).collect();
+            summarise(Some(c), category_name(c), ks, &members)
+        })
+        .collect();
+    let all: Vec<&QuestionResult> = results.iter().collect();
+    let overall = summarise(None, "overall", ks, &all);
+    let mut latencies: Vec<u64> = results.iter().map(|r| r.latency_us).collect();
+    latencies.sort_unstable();
+    EvalReport {
+        ks: ks.to_vec(),
+        categories: rows,
+        overall,
+        latency_p50_us: nearest_rank(&latencies, 50),
+        latency_p95_us: nearest_rank(&latencies, 95),
+    }
+}
+
+/// Nearest-rank percentile of ascending `sorted` values: the value at rank `ceil(p/100 · n)` (at least rank 1).
+fn nearest_rank(sorted: &[u64], percent: usize) -> Option<u64> {
+    let rank = (percent * sorted.len()).div_ceil(100).max(1);
+    sorted.get(rank - 1).copied()
+}
+
+fn mean(sum: f64, n: usize) -> Option<f64> {
+    (n > 0).then(|| sum / n as f64)
+}
+
+fn summarise(category: Option<u8>, name: &'static str, ks: &[usize], members: &[&QuestionResult]) -> CategoryReport {
+    let evidence: Vec<BTreeSet<&str>> = members
+        .iter()
+        .map(|r| r.evidence.iter().map(String::as_str).collect())
+        .collect();
+    let per_k = ks
+        .iter()
+        .enumerate()
+        .map(|(i, &k)| {
+            let (mut scored, mut recall_sum, mut full, mut token_n, mut token_sum) =
+                (0usize, 0.0f64, 0usize, 0usize, 0.0);
+            for (r, ev) in members.iter().zip(&evidence) {
+                let Some(retrieved) = r.retrieved.get(i) else { continue };
+                if ev.is_empty() {
+                    continue;
+                }
+                let got: HashSet<&str> = retrieved.iter().map(String::as_str).collect();
+                let hits = ev.iter().filter(|id| got.contains(*id)).count();
+                scored += 1;
+                recall_sum += hits as f64 / ev.len() as f64;
+                if hits == ev.len() {
+                    full += 1;
+                }
+                if let Some(&tokens) = r.context_tokens.get(i) {
+                    token_n += 1;
+                    token_sum += tokens as f64;
+                }
+            }
+            KMetrics {
+                k,
+                scored,
+                mean_recall: mean(recall_sum, scored),
+                full_coverage: mean(full as f64, scored),
+                mean_context_tokens: mean(token_sum, token_n),
+            }
+        })
+        .collect();
+    CategoryReport {
+        category,
+        name,
+        questions: members.len(),
+        scored: evidence.iter().filter(|e| !e.is_empty()).count(),
+        per_k,
+    }
+}
+
+impl CategoryReport {
+    fn to_json(&self) -> Value {
+        let per_k: Vec<Value> = self
+            .per_k
+            .iter()
+            .map(|m| {
+                json!({
+                    "k": m.k,
+                    "scored": m.scored,
+                    "mean_recall": m.mean_recall,
+                    "full_coverage": m.full_coverage,
+                    "mean_context_tokens": m.mean_context_tokens,
+                })
+            })
+            .collect();
+        json!({
+            "category": self.category,
+            "name": self.name,
+            "questions": self.questions,
+            "scored": self.scored,
+            "per_k": per_k,
+        })
+    }
+
+    fn label(&self) -> String {
+        match self.category {
+            Some(c) => format!("{} ({c})", self.name),
+            None => self.name.to_string(),
+        }
+    }
+}
+
+impl EvalReport {
+    /// The report as JSON: `{ks, latency_us: {p50, p95}, categories: [row], overall: row}` where a row is
+    /// `{category, name, questions, scored, per_k: [{k, scored, mean_recall, full_coverage, mean_context_tokens}]}`;
+    /// undefined means are `null`.
+    pub fn to_json(&self) -> Value {
+        let categories: Vec<Value> = self.categories.iter().map(CategoryReport::to_json).collect();
+        json!({
+            "ks": self.ks,
+            "latency_us": { "p50": self.latency_p50_us, "p95": self.latency_p95_us },
+            "categories": categories,
+            "overall": self.overall.to_json(),
+        })
+    }
+
+    /// The report as a Markdown table (one row per category, then `overall`; columns `n` = scored questions, then
+    /// `recall@k`, `full@k`, `tokens@k` per k; `-` where undefined), followed by a latency line.
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::from("| category | n |");
+        let mut rule = String::from("|---|---:|");
+        for k in &self.ks {
+            let _ = write!(out, " recall@{k} | full@{k} | tokens@{k} |");
+            rule.push_str("---:|---:|---:|");
+        }
+        out.push('\n');
+        out.push_str(&rule);
+        out.push('\n');
+        let fmt = |v: Option<f64>, decimals: usize| v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"));
+        for row in self.categories.iter().chain(std::iter::once(&self.overall)) {
+            let _ = write!(out, "| {} | {} |", row.label(), row.scored);
+            for m in &row.per_k {
+                let _ = write!(
+                    out,
+                    " {} | {} | {} |",
+                    fmt(m.mean_recall, 3),
+                    fmt(m.full_coverage, 3),
+                    fmt(m.mean_context_tokens, 1)
+                );
+            }
+            out.push('\n');
+        }
+        let lat = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+        let _ = writeln!(
+            out,
+            "\nLatency over {} questions: p50 {} us, p95 {} us",
+            self.overall.questions,
+            lat(self.latency_p50_us),
+            lat(self.latency_p95_us)
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hand-written two-sample fixture in LoCoMo format exercising every quirk.
+    const FIXTURE: &str = r#"[
+      {
+        "sample_id": "fx-1",
+        "conversation": {
+          "speaker_a": "Ada",
+          "speaker_b": "Bo",
+          "session_2_date_time": "9:05 am on 3 March, 2021",
+          "session_2": [
+            {"speaker": "Bo", "dia_id": "D2:1", "text": "Second session opener."},
+            {"speaker": "Ada", "dia_id": "D2:2", "text": "Look at this.", "blip_caption": "a photo of a red kite",
+             "img_url": ["http://example.invalid/x.jpg"], "query": "kite"}
+          ],
+          "session_1_date_time": "12:30 pm on 1 March, 2021",
+          "session_1": [
+            {"speaker": "Ada", "dia_id": "D1:1", "text": "Hello Bo."},
+            {"speaker": "Bo", "dia_id": "D1:2", "text": "Hi Ada."},
+            {"speaker": "Ada", "dia_id": "D1:3", "text": "", "blip_caption": "a cat on a sofa"},
+            {"speaker": "Bo", "dia_id": "D1:4", "text": "Nice cat."}
+          ],
+          "session_3": [
+            {"speaker": "Bo", "dia_id": "D3:1", "text": "No date on this one."}
+          ],
+          "session_4_date_time": "sometime in spring",
+          "session_4": [],
+          "session_5_date_time": "1:00 pm on 9 April, 2021"
+        },
+        "qa": [
+          {"question": "Plain?", "answer": "yes", "evidence": ["D1:1"], "category": 4},
+          {"question": "Split?", "answer": "x", "evidence": ["D1:2; D2:1"], "category": 1},
+          {"question": "Spaces?", "answer": "x", "evidence": ["D1: 3", " d2:2 ", "D:1:4", "D2:1:", "D01:01"],
+           "category": 1},
+          {"question": "Broken?", "answer": "x", "evidence": ["D1:1", "D", ""], "category": 2},
+          {"question": "Unknown id?", "answer": "x", "evidence": ["D9:9", "D1:2"], "category": 3},
+          {"question": "No evidence?", "answer": "x", "evidence": [], "category": 3},
+          {"question": "Only bad evidence?", "answer": "x", "evidence": ["D7:1"], "category": 3},
+          {"question": "Duplicate?", "answer": "x", "evidence": ["D1:1", "D1:1", "d1:1"], "category": 4},
+          {"question": "Year?", "answer": 2021, "evidence": ["D1:1"], "category": 2},
+          {"question": "Adversarial?", "adversarial_answer": "no", "evidence": ["D2:2"], "category": 5},
+          {"question": "Bad category", "answer": "x", "evidence": ["D1:1"], "category": 6},
+          {"question": "Zero category", "answer": "x", "evidence": ["D1:1"], "category": 0},
+          {"question": "No category", "answer": "x", "evidence": ["D1:1"]},
+          {"answer": "x", "evidence": ["D1:1"], "category": 1},
+          {"question": "   ", "answer": "x", "evidence": ["D1:1"], "category": 1},
+          "not an object"
+        ]
+      },
+      {
+        "sample_id": "fx-2",
+        "conversation": {
+          "speaker_a": "Cy",
+          "speaker_b": "Di",
+          "session_1_date_time": "11:59 pm on 31 December, 2020",
+          "session_1": [{"speaker": "Cy", "dia_id": "D1:1", "text": "Late night."}]
+        },
+        "qa": [{"question": "Same id, other conversation?", "answer": "x", "evidence": ["D1:1"], "category": 4}]
+      }
+    ]"#;
+
+    fn dataset() -> Dataset {
+        match parse(FIXTURE) {
+            Ok(d) => d,
+            Err(e) => panic!("fixture must parse: {e}"),
+        }
+    }
+
+    fn find<'a>(conv: &'a Conversation, question: &str) -> &'a Qa {
+        match conv.qa.iter().find(|q| q.question == question) {
+            Some(q) => q,
+            None => panic!("question {question:?} missing"),
+        }
+    }
+
+    #[test]
+    fn parses_conversations_and_speakers() {
+        let d = dataset();
+        assert_eq!(d.conversations.len(), 2);
+        let c = &d.conversations[0];
+        assert_eq!(c.sample_id, "fx-1");
+        assert_eq!((c.speaker_a.as_str(), c.speaker_b.as_str()), ("Ada", "Bo"));
+        assert_eq!(d.conversations[1].sample_id, "fx-2");
+    }
+
+    #[test]
+    fn sessions_are_ordered_and_dated() {
+        let d = dataset();
+        let c = &d.conversations[0];
+        let idx: Vec<u32> = c.sessions.iter().map(|s| s.index).collect();
+        // session_5 has only a date: no session.
+        assert_eq!(idx, vec![1, 2, 3, 4]);
+        let s1 = &c.sessions[0];
+        assert_eq!(s1.date_time.as_deref(), Some("12:30 pm on 1 March, 2021"));
+        // 2021-03-01 12:30 UTC
+        assert_eq!(s1.said_at, Some(1_614_601_800));
+        assert_eq!(s1.turns.len(), 4);
+        assert_eq!(
+            s1.turns[0],
+            Turn {
+                dia_id: "D1:1".into(),
+                speaker: "Ada".into(),
+                text: "Hello Bo.".into()
+            }
+        );
+        assert_eq!(c.sessions[1].said_at, Some(1_614_762_300)); // 2021-03-03 09:05
+        assert!(c.sessions[1].said_at > s1.said_at);
+        let s3 = &c.sessions[2];
+        assert_eq!((s3.date_time.as_deref(), s3.said_at), (None, None));
+        let s4 = &c.sessions[3];
+        assert_eq!(
+            (s4.date_time.as_deref(), s4.said_at),
+            (Some("sometime in spring"), None)
+        );
+        assert!(s4.turns.is_empty());
+        assert_eq!(d.conversations[1].sessions[0].said_at, Some(1_609_459_140)); // 2020-12-31 23:59
+    }
+
+    #[test]
+    fn photo_captions_are_appended() {
+        let d = dataset();
+        let c = &d.conversations[0];
+        assert_eq!(
+            c.sessions[1].turns[1].text,
+            "Look at this. [shares a photo: a photo of a red kite]"
+        );
+        assert_eq!(c.sessions[0].turns[2].text, "[shares a photo: a cat on a sofa]");
+        assert_eq!(d.skipped.photo_captions_appended, 2);
+    }
+
+    #[test]
+    fn evidence_quirks_are_repaired_or_dropped() {
+        let d = dataset();
+        let c = &d.conversations[0];
+        assert_eq!(find(c, "Plain?").evidence, ["D1:1"]);
+        assert_eq!(find(c, "Split?").evidence, ["D1:2", "D2:1"]);
+        assert_eq!(find(c, "Spaces?").evidence, ["D1:3", "D2:2", "D1:4", "D2:1", "D1:1"]);
+        assert_eq!(find(c, "Broken?").evidence, ["D1:1"]);
+        assert_eq!(find(c, "Unknown id?").evidence, ["D1:2"]);
+        assert!(find(c, "No evidence?").evidence.is_empty());
+        assert!(find(c, "Only bad evidence?").evidence.is_empty());
+        assert_eq!(find(c, "Duplicate?").evidence, ["D1:1"]);
+        // Ids are checked against the question's own conversation.
+        assert_eq!(d.conversations[1].qa[0].evidence, ["D1:1"]);
+        let s = &d.skipped;
+        assert_eq!(s.evidence_split, 1);
+        // "D1: 3", " d2:2 ", "D:1:4", "D2:1:", "D01:01" and the "d1:1" duplicate.
+        assert_eq!(s.evidence_normalised, 6);
+        assert_eq!(s.evidence_malformed_dropped, 2); // "D" and ""
+        assert_eq!(s.evidence_unknown_dropped, 2); // D9:9, D7:1
+        assert_eq!(s.evidence_duplicates_dropped, 2);
+        assert_eq!(s.empty_evidence_questions, 2);
+    }
+
+    #[test]
+    fn questions_are_filtered_and_answers_converted() {
+        let d = dataset();
+        let c = &d.conversations[0];
+        assert_eq!(c.qa.len(), 10);
+        assert!(c.qa.iter().all(|q| (1..=5).contains(&q.category)));
+        assert_eq!(find(c, "Year?").answer.as_deref(), Some("2021"));
+        let adv = find(c, "Adversarial?");
+        assert_eq!(
+            (adv.answer.as_deref(), adv.adversarial_answer.as_deref()),
+            (None, Some("no"))
+        );
+        assert_eq!(adv.category, 5);
+        let s = &d.skipped;
+        assert_eq!(s.invalid_category_skipped, 3);
+        assert_eq!(s.missing_question_skipped, 3);
+        assert_eq!(s.numeric_answers_converted, 1);
+        assert_eq!(s.unusable_answers, 0);
+    }
+
+    #[test]
+    fn session_quirks_are_counted() {
+        let s = dataset().skipped;
+        assert_eq!(s.date_times_without_session, 1);
+        assert_eq!(s.sessions_without_date, 1);
+        assert_eq!(s.unparseable_dates, 1);
+        assert_eq!(s.empty_sessions, 1);
+        assert_eq!(s.malformed_turns_skipped, 0);
+        assert_eq!(s.duplicate_turn_ids, 0);
+    }
+
+    #[test]
+    fn summary_lists_only_nonzero_counts() {
+        let s = dataset().skipped;
+        let summary = s.summary();
+        assert!(summary.contains("evidence_split=1"), "{summary}");
+        assert!(summary.contains("date_times_without_session=1"), "{summary}");
+        assert!(summary.contains("missing_question_skipped=3"), "{summary}");
+        assert!(!summary.contains("unusable_answers"), "{summary}");
+        assert!(!summary.contains("malformed_turns_skipped"), "{summary}");
+        assert_eq!(SkipReport::default().summary(), "none");
+        let total: usize = s.counts().iter().map(|(_, n)| n).sum();
+        assert_eq!(
+            summary.split(", ").count(),
+            s.counts().iter().filter(|(_, n)| *n > 0).count()
+        );
+        assert!(total > 0);
+    }
+
+    #[test]
+    fn single_object_sample_is_accepted() {
+        let json = r#"{"sample_id": "one", "conversation": {"speaker_a": "A", "speaker_b": "B",
+            "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]},
+            "qa": [{"question": "q", "answer": 3.5, "evidence": "D1:1", "category": 2}]}"#;
+        let d = match parse(json) {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(d.conversations.len(), 1);
+        assert_eq!(d.conversations[0].qa[0].answer.as_deref(), Some("3.5"));
+        assert_eq!(d.conversations[0].qa[0].evidence, ["D1:1"]);
+        assert_eq!(d.skipped.sessions_without_date, 1);
+    }
+
+    #[test]
+    fn turn_quirks() {
+        let json = r#"[{"sample_id": "t", "conversation": {"speaker_a": "A", "speaker_b": "B",
+            "session_1": [
+              {"speaker": "A", "dia_id": "d1:1 ", "text": "lower"},
+              {"speaker": "B", "dia_id": "D1:1", "text": "dup"},
+              {"speaker": "A", "dia_id": "X-7", "text": "odd id"},
+              {"speaker": "B", "text": "no id"},
+              {"speaker": "A", "dia_id": "D1:4", "text": 5},
+              42
+            ]},
+            "qa": [{"question": "q", "answer": true, "evidence": ["D1:1", "X-7", 7], "category": 1}]}]"#;
+        let d = match parse(json) {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        };
+        let turns = &d.conversations[0].sessions[0].turns;
+        let ids: Vec<&str> = turns.iter().map(|t| t.dia_id.as_str()).collect();
+        assert_eq!(ids, ["D1:1", "D1:1", "X-7"]);
+        let s = &d.skipped;
+        assert_eq!(s.turn_ids_normalised, 1);
+        assert_eq!(s.duplicate_turn_ids, 1);
+        assert_eq!(s.unparseable_turn_ids, 1);
+        assert_eq!(s.malformed_turns_skipped, 3);
+        assert_eq!(s.unusable_answers, 1);
+        // "X-7" matches the verbatim turn id; a number is not an id.
+        assert_eq!(d.conversations[0].qa[0].evidence, ["D1:1", "X-7"]);
+        assert_eq!(s.evidence_malformed_dropped, 1);
+        assert_eq!(d.conversations[0].qa[0].answer, None);
+    }
+
+    #[test]
+    fn structural_errors() {
+        let shape_reason = |json: &str| match parse(json) {
+            Err(LocomoError::Shape { sample, reason }) => format!("{sample}: {reason}"),
+            other => panic!("expected a shape error, got {other:?}"),
+        };
+        assert!(shape_reason("42").starts_with("<top level>"));
+        assert!(shape_reason("[1]").starts_with("#0"));
+        assert!(shape_reason(r#"[{"conversation": {}}]"#).contains("sample_id"));
+        assert!(shape_reason(r#"[{"sample_id": "s"}]"#).contains("conversation"));
+        assert!(shape_reason(r#"[{"sample_id": "s", "conversation": {"speaker_a": "A"}}]"#).contains("speaker_b"));
+        let bad_session =
+            r#"[{"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": {}}}]"#;
+        assert!(shape_reason(bad_session).contains("session_1"));
+        let bad_qa = r#"[{"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B"}, "qa": {}}]"#;
+        assert!(shape_reason(bad_qa).starts_with("s: "));
+        assert!(matches!(parse("[{"), Err(LocomoError::Json(_))));
+        assert!(matches!(
+            load(Path::new("/nonexistent/locomo.json")),
+            Err(LocomoError::Io { .. })
+        ));
+        // Missing qa is fine; non-canonical session keys are ignored.
+        let ok = r#"[{"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_01": 3,
+            "session_x": 1}}]"#;
+        assert!(
+            matches!(parse(ok), Ok(d) if d.conversations[0].sessions.is_empty() && d.conversations[0].qa.is_empty())
+        );
+        assert_eq!(parse("[]").map(|d| d.conversations.len()).ok(), Some(0));
+    }
+
+    #[test]
+    fn load_reads_a_file() {
+        let path = std::env::temp_dir().join(format!("locomo-test-{}.json", std::process::id()));
+        if let Err(e) = std::fs::write(&path, FIXTURE) {
+            panic!("{e}");
+        }
+        let loaded = load(&path);
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(loaded.ok(), Some(dataset()));
+    }
+
+    #[test]
+    fn normalise_evidence_forms() {
+        let ids = |raw: &str| normalise_evidence(raw).ids;
+        assert_eq!(ids("D1:3"), ["D1:3"]);
+        assert_eq!(ids("D8:6; D9:17"), ["D8:6", "D9:17"]);
+        assert_eq!(ids("D8:6,D9:17"), ["D8:6", "D9:17"]);
+        assert_eq!(ids("D21:18 D21:22"), ["D21:18", "D21:22"]);
+        assert_eq!(ids("D1: 3"), ["D1:3"]);
+        assert_eq!(ids("d1:3"), ["D1:3"]);
+        assert_eq!(ids("D:11:26"), ["D11:26"]);
+        assert_eq!(ids("D11:26:"), ["D11:26"]);
+        assert_eq!(ids("D11:26;"), ["D11:26"]);
+        assert_eq!(ids("D007:010"), ["D7:10"]);
+        for bad in [
+            "D",
+            "",
+            "  ",
+            "11:26",
+            "D11",
+            "D11:26:3",
+            "Dx:1",
+            "D1:+2",
+            "D99999999999:1",
+        ] {
+            let p = normalise_evidence(bad);
+            assert!(p.ids.is_empty(), "{bad:?} gave {:?}", p.ids);
+            assert_eq!(p.malformed, 1, "{bad:?}");
+        }
+        let p = normalise_evidence("D8:6; D9:17");
+        assert_eq!((p.split, p.normalised, p.malformed), (true, 0, 0));
+        let p = normalise_evidence("D8:6; d9:17; D");
+        assert_eq!((p.split, p.normalised, p.malformed), (true, 1, 1));
+        let p = normalise_evidence("D1:3");
+        assert_eq!((p.split, p.normalised), (false, 0));
+        let p = normalise_evidence("D1: 3");
+        assert_eq!((p.split, p.normalised), (false, 1));
+    }
+
+    #[test]
+    fn dates_parse() {
+        assert_eq!(parse_locomo_date("1:56 pm on 8 May, 2023"), Some(1_683_554_160));
+        assert_eq!(parse_locomo_date("10:37 am on 27 June, 2023"), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("  10:37 AM on 27 june, 2023 "), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("10:37am on 27 Jun 2023"), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("10:37 am on June 27th, 2023"), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("10:37 on 27 June, 2023"), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("12:00 am on 1 January, 1970"), Some(0));
+        assert_eq!(parse_locomo_date("11:00 pm on 31 December, 1969"), Some(-3600));
+        assert_eq!(parse_locomo_date("11:59 pm on 31 December, 2023"), Some(1_704_067_140));
+    }
+
+    #[test]
+    fn dates_twelve_oclock() {
+        // 12 am is midnight (start of the day), 12 pm is noon.
+        assert_eq!(parse_locomo_date("12:19 am on 4 January, 2024"), Some(1_704_327_540));
+        assert_eq!(parse_locomo_date("12:00 pm on 29 February, 2000"), Some(951_825_600));
+        assert_eq!(
+            parse_locomo_date("12:00 am on 29 February, 2000"),
+            Some(951_825_600 - 12 * 3600)
+        );
+        assert_eq!(
+            parse_locomo_date("1:00 am on 29 February, 2000"),
+            Some(951_825_600 - 11 * 3600)
+        );
+        assert_eq!(
+            parse_locomo_date("11:59 am on 29 February, 2000"),
+            Some(951_825_600 - 60)
+        );
+        assert_eq!(parse_locomo_date("0:00 am on 1 May, 2023"), None);
+        assert_eq!(parse_locomo_date("13:00 pm on 1 May, 2023"), None);
+    }
+
+    #[test]
+    fn dates_leap_years() {
+        assert_eq!(parse_locomo_date("12:05 am on 29 February, 2024"), Some(1_709_165_100));
+        assert_eq!(
+            parse_locomo_date("12:05 am on 1 March, 2024"),
+            Some(1_709_165_100 + 86_400)
+        );
+        assert_eq!(parse_locomo_date("1:00 pm on 29 February, 2023"), None);
+        assert_eq!(parse_locomo_date("1:00 pm on 29 February, 1900"), None);
+        assert!(parse_locomo_date("1:00 pm on 29 February, 2000").is_some());
+        assert_eq!(parse_locomo_date("1:00 pm on 31 April, 2023"), None);
+        assert!(parse_locomo_date("1:00 pm on 30 April, 2023").is_some());
+        // Every day of a leap and a common year is consecutive.
+        for year in [2023_i64, 2024] {
+            let mut expected = days_from_civil(year, 1, 1);
+            for month in 1..=12 {
+                for day in 1..=days_in_month(year, month) {
+                    assert_eq!(days_from_civil(year, month, day), expected);
+                    expected += 1;
+                }
+            }
+            assert_eq!(expected, days_from_civil(year + 1, 1, 1));
+        }
+    }
+
+    #[test]
+    fn dates_invalid() {
+        for bad in [
+            "",
+            "on",
+            "1:56 pm",
+            "8 May, 2023",
+            "1:56 pm on 8 May",
+            "1:56 pm on 8 Mayo, 2023",
+            "1:56 pm on 8 Ma, 2023",
+            "1:56 pm on 0 May, 2023",
+            "1:56 pm on 32 May, 2023",
+            "1:60 pm on 8 May, 2023",
+            "1:5 pm on 8 May, 2023",
+            "24:00 on 8 May, 2023",
+            "x:56 pm on 8 May, 2023",
+            "1:56 xm on 8 May, 2023",
+            "1:56 pm on 8 May, 23",
+            "1:56 pm on 8 May, 2023 extra",
+            "-1:56 pm on 8 May, 2023",
+            "1:56 pm on +8 May, 2023",
+            "sometime in spring",
+        ] {
+            assert_eq!(parse_locomo_date(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn category_names() {
+        let names: Vec<&str> = (0..=6).map(category_name).collect();
+        assert_eq!(
+            names,
+            [
+                "unknown",
+                "multi-hop",
+                "temporal",
+                "open-domain",
+                "single-hop",
+                "adversarial",
+                "unknown"
+            ]
+        );
+    }
+
+    fn strings(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn result(
+        category: u8,
+        evidence: &[&str],
+        retrieved: &[&[&str]],
+        tokens: &[usize],
+        latency_us: u64,
+    ) -> QuestionResult {
+        QuestionResult {
+            category,
+            evidence: strings(evidence),
+            retrieved: retrieved.iter().map(|r| strings(r)).collect(),
+            context_tokens: tokens.to_vec(),
+            latency_us,
+        }
+    }
+
+    fn example() -> EvalReport {
+        let results = [
+            result(
+                1,
+                &["D1:1", "D1:2"],
+                &[&["D1:1"], &["D1:1", "D1:2", "D2:1"]],
+                &[10, 30],
+                100,
+            ),
+            result(1, &["D1:3", "D1:3"], &[&[], &["D1:3"]], &[12, 34], 300),
+            result(
+                2,
+                &["D2:1", "D2:2", "D2:3", "D2:4"],
+                &[&["D2:1"], &["D2:1", "D2:2", "D2:9"]],
+                &[8, 20],
+                200,
+            ),
+            result(5, &[], &[&["D1:1"], &["D1:1"]], &[5, 15], 50),
+            // Only the first k was run for this one.
+            result(2, &["D3:1"], &[&["D3:1"]], &[7], 1000),
+        ];
+        aggregate(&[1, 3], &results)
+    }
+
+    /// (k, scored, recall, full coverage, tokens) of one row at one k.
+    type KRow = (usize, usize, Option<f64>, Option<f64>, Option<f64>);
+
+    fn metrics(row: &CategoryReport) -> Vec<KRow> {
+        row.per_k
+            .iter()
+            .map(|m| (m.k, m.scored, m.mean_recall, m.full_coverage, m.mean_context_tokens))
+            .collect()
+    }
+
+    #[test]
+    fn aggregate_hand_computed() {
+        let r = example();
+        assert_eq!(r.ks, [1, 3]);
+        let cats: Vec<Option<u8>> = r.categories.iter().map(|c| c.category).collect();
+        assert_eq!(cats, [Some(1), Some(2), Some(5)]);
+
+        let c1 = &r.categories[0];
+        assert_eq!((c1.name, c1.questions, c1.scored), ("multi-hop", 2, 2));
+        assert_eq!(
+            metrics(c1),
+            [
+                (1, 2, Some(0.25), Some(0.0), Some(11.0)),
+                (3, 2, Some(1.0), Some(1.0), Some(32.0))
+            ]
+        );
+
+        let c2 = &r.categories[1];
+        assert_eq!((c2.name, c2.questions, c2.scored), ("temporal", 2, 2));
+        assert_eq!(
+            metrics(c2),
+            [
+                (1, 2, Some(0.625), Some(0.5), Some(7.5)),
+                (3, 1, Some(0.5), Some(0.0), Some(20.0))
+            ]
+        );
+
+        let c5 = &r.categories[2];
+        assert_eq!((c5.name, c5.questions, c5.scored), ("adversarial", 1, 0));
+        assert_eq!(metrics(c5), [(1, 0, None, None, None), (3, 0, None, None, None)]);
+
+        let o = &r.overall;
+        assert_eq!((o.category, o.name, o.questions, o.scored), (None, "overall", 5, 4));
+        assert_eq!(o.per_k[0].scored, 4);
+        assert_eq!(o.per_k[0].mean_recall, Some(0.4375));
+        assert_eq!(o.per_k[0].full_coverage, Some(0.25));
+        assert_eq!(o.per_k[0].mean_context_tokens, Some(9.25));
+        assert_eq!(o.per_k[1].scored, 3);
+        assert_eq!(o.per_k[1].mean_recall, Some(2.5 / 3.0));
+        assert_eq!(o.per_k[1].full_coverage, Some(2.0 / 3.0));
+        assert_eq!(o.per_k[1].mean_context_tokens, Some(28.0));
+
+        // Latencies sorted: 50, 100, 200, 300, 1000 → rank 3 and rank 5.
+        assert_eq!((r.latency_p50_us, r.latency_p95_us), (Some(200), Some(1000)));
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        assert_eq!(nearest_rank(&[], 50), None);
+        assert_eq!(nearest_rank(&[7], 50), Some(7));
+        assert_eq!(nearest_rank(&[7], 95), Some(7));
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!((nearest_rank(&v, 50), nearest_rank(&v, 95)), (Some(50), Some(95)));
+        let v: Vec<u64> = (1..=20).collect();
+        assert_eq!((nearest_rank(&v, 50), nearest_rank(&v, 95)), (Some(10), Some(19)));
+        assert_eq!(nearest_rank(&[1, 2], 50), Some(1));
+        assert_eq!(nearest_rank(&[1, 2], 95), Some(2));
+    }
+
+    #[test]
+    fn aggregate_empty() {
+        let r = aggregate(&[5], &[]);
+        assert!(r.categories.is_empty());
+        assert_eq!((r.overall.questions, r.overall.scored), (0, 0));
+        assert_eq!(metrics(&r.overall), [(5, 0, None, None, None)]);
+        assert_eq!((r.latency_p50_us, r.latency_p95_us), (None, None));
+        assert!(r.to_markdown().contains("| overall | 0 | - | - | - |"));
+    }
+
+    #[test]
+    fn markdown_table() {
+        let md = example().to_markdown();
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(
+            lines[0],
+            "| category | n | recall@1 | full@1 | tokens@1 | recall@3 | full@3 | tokens@3 |"
+        );
+        assert_eq!(lines[1], "|---|---:|---:|---:|---:|---:|---:|---:|");
+        assert_eq!(
+            lines[2],
+            "| multi-hop (1) | 2 | 0.250 | 0.000 | 11.0 | 1.000 | 1.000 | 32.0 |"
+        );
+        assert_eq!(
+            lines[3],
+            "| temporal (2) | 2 | 0.625 | 0.500 | 7.5 | 0.500 | 0.000 | 20.0 |"
+        );
+        assert_eq!(lines[4], "| adversarial (5) | 0 | - | - | - | - | - | - |");
+        assert!(lines[5].starts_with("| overall | 4 | 0.43"), "{}", lines[5]);
+        assert!(lines[5].ends_with("| 0.833 | 0.667 | 28.0 |"), "{}", lines[5]);
+        assert!(md.contains("Latency over 5 questions: p50 200 us, p95 1000 us"), "{md}");
+    }
+
+    #[test]
+    fn json_report() {
+        let j = example().to_json();
+        assert_eq!(j["ks"], json!([1, 3]));
+        assert_eq!(j["latency_us"], json!({"p50": 200, "p95": 1000}));
+        assert_eq!(j["categories"].as_array().map(Vec::len), Some(3));
+        assert_eq!(j["categories"][0]["name"], "multi-hop");
+        assert_eq!(j["categories"][0]["category"], 1);
+        assert_eq!(j["categories"][0]["per_k"][0]["mean_recall"], json!(0.25));
+        assert_eq!(j["categories"][2]["per_k"][1]["mean_recall"], Value::Null);
+        assert_eq!(j["overall"]["category"], Value::Null);
+        assert_eq!(j["overall"]["questions"], 5);
+        assert_eq!(j["overall"]["scored"], 4);
+        assert_eq!(j["overall"]["per_k"][1]["mean_context_tokens"], json!(28.0));
+        assert_eq!(j["overall"]["per_k"][0]["k"], 1);
+    }
+}

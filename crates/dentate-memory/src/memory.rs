@@ -1,0 +1,189 @@
+//! [`Memory`]: one memory directory, one pipeline, many users.
+
+use crate::error::{MemoryError, Result};
+use crate::hema::{Hema, HemaConfig};
+use crate::llm::Llm;
+use crate::pipeline::{Composed, Env, IngestReport, Pipeline, Retrieved};
+use crate::rag::Rag;
+use crate::store::{NewMessage, Store, check_user};
+use crate::vecmem::VectorMemoryConfig;
+use dentate_embed::Embedder;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Which pipeline a [`Memory`] runs.
+#[derive(Debug, Clone)]
+pub enum PipelineKind {
+    /// Turn-level RAG baseline.
+    Rag(VectorMemoryConfig),
+    /// HEMA.
+    Hema(HemaConfig),
+}
+
+impl PipelineKind {
+    /// Parses `rag` or `hema` (default settings).
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "rag" => Ok(PipelineKind::Rag(VectorMemoryConfig::default())),
+            "hema" => Ok(PipelineKind::Hema(HemaConfig::default())),
+            other => Err(MemoryError::Invalid(format!(
+                "unknown pipeline `{other}` (expected rag or hema)"
+            ))),
+        }
+    }
+
+    fn build(&self) -> Box<dyn Pipeline> {
+        match self {
+            PipelineKind::Rag(c) => Box::new(Rag::new(c.clone())),
+            PipelineKind::Hema(c) => Box::new(Hema::new(c.clone())),
+        }
+    }
+}
+
+/// A memory directory: the store plus one pipeline instance per user.
+///
+/// Ingestion writes raw messages first ([`Memory::add_messages`]), then
+/// processes them ([`Memory::process`]); [`Memory::ingest`] does both. A
+/// failed `process` (model server down, crash) loses nothing: the next
+/// call resumes at the first message whose step was not committed.
+pub struct Memory {
+    store: Store,
+    embedder: Arc<dyn Embedder>,
+    llm: Option<Arc<dyn Llm>>,
+    kind: PipelineKind,
+    pipelines: HashMap<String, Box<dyn Pipeline>>,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory")
+            .field("dir", &self.store.dir())
+            .field("embedder", &self.embedder.name())
+            .field("llm", &self.llm.as_ref().map(|l| l.name()))
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl Memory {
+    /// Opens (creating) the memory in `dir`.
+    pub fn open(
+        dir: &Path,
+        kind: PipelineKind,
+        embedder: Arc<dyn Embedder>,
+        llm: Option<Arc<dyn Llm>>,
+    ) -> Result<Memory> {
+        Ok(Memory {
+            store: Store::open(dir)?,
+            embedder,
+            llm,
+            kind,
+            pipelines: HashMap::new(),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The pipeline name.
+    pub fn pipeline_name(&self) -> &'static str {
+        match self.kind {
+            PipelineKind::Rag(_) => "rag",
+            PipelineKind::Hema(_) => "hema",
+        }
+    }
+
+    fn with<T>(&mut self, user: &str, f: impl FnOnce(&mut dyn Pipeline, &mut Env<'_>) -> Result<T>) -> Result<T> {
+        check_user(user)?;
+        let p = self
+            .pipelines
+            .entry(user.to_string())
+            .or_insert_with(|| self.kind.build());
+        let mut env = Env {
+            store: &mut self.store,
+            embedder: self.embedder.as_ref(),
+            llm: self.llm.as_deref(),
+            user,
+        };
+        f(p.as_mut(), &mut env)
+    }
+
+    /// Stores raw messages for `user` (committed before any processing).
+    /// Empty texts are refused.
+    pub fn add_messages(&mut self, user: &str, msgs: &[NewMessage]) -> Result<Vec<i64>> {
+        if let Some(i) = msgs.iter().position(|m| m.text.trim().is_empty()) {
+            return Err(MemoryError::Invalid(format!("message {i} has empty text")));
+        }
+        self.store.append_messages(user, msgs)
+    }
+
+    /// Processes the user's unprocessed messages.
+    pub fn process(&mut self, user: &str, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport> {
+        self.with(user, |p, env| p.ingest(env, progress))
+    }
+
+    /// [`Memory::add_messages`] then [`Memory::process`].
+    pub fn ingest(&mut self, user: &str, msgs: &[NewMessage]) -> Result<IngestReport> {
+        self.add_messages(user, msgs)?;
+        self.process(user, &mut |_, _| {})
+    }
+
+    /// The `k` items most relevant to `query`, with provenance.
+    pub fn retrieve(&mut self, user: &str, query: &str, k: usize) -> Result<Vec<Retrieved>> {
+        if k == 0 {
+            return Err(MemoryError::Invalid("k must be at least 1".into()));
+        }
+        self.with(user, |p, env| p.retrieve(env, query, k))
+    }
+
+    /// A prompt for `query` within `budget` tokens.
+    pub fn compose(&mut self, user: &str, query: &str, budget: usize) -> Result<Composed> {
+        self.with(user, |p, env| p.compose(env, query, budget))
+    }
+
+    /// Deletes a memory item of `user` by id.
+    pub fn forget(&mut self, user: &str, id: i64) -> Result<()> {
+        if !self.store.delete_item(user, id)? {
+            return Err(MemoryError::NotFound {
+                user: user.to_string(),
+                id,
+            });
+        }
+        self.with(user, |p, _| {
+            p.drop_item(id);
+            p.save()
+        })
+    }
+
+    /// Replaces the text of a memory item of `user` (re-embedding it),
+    /// keeping its id and provenance.
+    pub fn correct(&mut self, user: &str, id: i64, text: &str) -> Result<()> {
+        if text.trim().is_empty() {
+            return Err(MemoryError::Invalid("the corrected text is empty".into()));
+        }
+        let v = self.embedder.embed(&[text])?;
+        if !self.store.correct_item(user, id, text, Some(&v))? {
+            return Err(MemoryError::NotFound {
+                user: user.to_string(),
+                id,
+            });
+        }
+        // The index file no longer matches the store: drop the loaded index
+        // so it is rebuilt from the store's vectors.
+        let name = self.pipeline_name();
+        let path = self.store.dir().join(format!("{user}.{name}.dnt"));
+        if path.exists() {
+            std::fs::remove_file(&path)?;
+        }
+        self.pipelines.remove(user);
+        Ok(())
+    }
+
+    /// Heap bytes of the user's index (0 before it is loaded).
+    pub fn memory_bytes(&self, user: &str) -> usize {
+        self.pipelines.get(user).map_or(0, |p| p.memory_bytes())
+    }
+}

@@ -1,0 +1,140 @@
+//! Turn-level RAG: every message is embedded alone and retrieved by
+//! cosine, top-k. The yardstick every other pipeline is compared with.
+
+use crate::error::Result;
+use crate::pipeline::{
+    Composed, Env, IngestReport, Pipeline, Retrieved, check_embedder, embed_batch, embed_query, message_text,
+    open_vectors, render_item, resolve,
+};
+use crate::store::{NewItem, Step};
+use crate::tokens;
+use crate::vecmem::{VectorMemory, VectorMemoryConfig};
+
+/// Messages embedded and committed per step.
+const BATCH: usize = 64;
+
+/// The turn-level RAG baseline.
+#[derive(Debug, Default)]
+pub struct Rag {
+    vectors: Option<VectorMemory>,
+    cfg: VectorMemoryConfig,
+}
+
+impl Rag {
+    /// A RAG pipeline with the given vector-memory settings.
+    pub fn new(cfg: VectorMemoryConfig) -> Self {
+        Rag { vectors: None, cfg }
+    }
+
+    fn vectors(&mut self, env: &Env<'_>) -> Result<&mut VectorMemory> {
+        if self.vectors.is_none() {
+            self.vectors = Some(open_vectors(env, "rag", self.cfg.clone())?);
+        }
+        // Just set above when it was absent.
+        self.vectors
+            .as_mut()
+            .ok_or_else(|| crate::MemoryError::Invalid("vector memory unavailable".into()))
+    }
+}
+
+impl Pipeline for Rag {
+    fn name(&self) -> &'static str {
+        "rag"
+    }
+
+    fn ingest(&mut self, env: &mut Env<'_>, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport> {
+        check_embedder(env, "rag")?;
+        let after = env.store.progress(env.user, "rag")?;
+        let msgs = env.store.messages_after(env.user, after)?;
+        let mut report = IngestReport::default();
+        for (b, batch) in msgs.chunks(BATCH).enumerate() {
+            let texts: Vec<String> = batch.iter().map(message_text).collect();
+            let vecs = embed_batch(env.embedder, &texts)?;
+            let dim = env.embedder.dim();
+            let turn = batch.last().map_or(0, |m| m.seq + 1);
+            let step = Step {
+                add: batch
+                    .iter()
+                    .zip(texts)
+                    .zip(vecs.chunks_exact(dim))
+                    .map(|((m, text), v)| NewItem {
+                        kind: "turn".into(),
+                        text,
+                        sources: vec![m.id],
+                        said_at: m.msg.said_at,
+                        refers_to: m.msg.said_at,
+                        vector: Some(v.to_vec()),
+                    })
+                    .collect(),
+                processed_through: batch.last().map(|m| m.id),
+                turn,
+                ..Default::default()
+            };
+            let ids = env.store.commit(env.user, "rag", &step)?;
+            let vm = self.vectors(env)?;
+            vm.add(&ids, turn, &vecs)?;
+            if vm.needs_rebuild() {
+                let stored = env.store.vectors(env.user, "rag")?;
+                self.vectors(env)?.rebuild(stored)?;
+            }
+            report.messages += batch.len();
+            report.items += ids.len();
+            progress((b * BATCH + batch.len()).min(msgs.len()), msgs.len());
+        }
+        let vm = self.vectors(env)?;
+        report.live = vm.len();
+        if report.messages > 0 {
+            vm.save()?;
+        }
+        Ok(report)
+    }
+
+    fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>> {
+        let q = embed_query(env, query)?;
+        let hits = self.vectors(env)?.search(&q, k)?;
+        resolve(env, &hits)
+    }
+
+    fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {
+        let retrieved = self.retrieve(env, query, 20)?;
+        let head = "<retrieved>\n";
+        let tail = format!("</retrieved>\n<user> {query} </user>");
+        let mut used = tokens::count(head) + tokens::count(&tail);
+        let mut body = String::new();
+        let mut included = Vec::new();
+        for r in &retrieved {
+            let line = format!("{}\n", render_item(&r.item));
+            let t = tokens::count(&line);
+            if used + t > budget {
+                break;
+            }
+            used += t;
+            body.push_str(&line);
+            included.push(r.clone());
+        }
+        let prompt = format!("{head}{body}{tail}");
+        Ok(Composed {
+            tokens: tokens::count(&prompt),
+            trimmed: retrieved.len() - included.len(),
+            prompt,
+            included,
+        })
+    }
+
+    fn drop_item(&mut self, id: i64) {
+        if let Some(vm) = self.vectors.as_mut() {
+            vm.remove(&[id]);
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.vectors.as_ref().map_or(0, VectorMemory::memory_bytes)
+    }
+
+    fn save(&self) -> Result<()> {
+        match &self.vectors {
+            Some(vm) => vm.save(),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! The memory store: one SQLite database (`memory.db`, WAL mode, full
+//! synchronous commits) per memory directory, schema versioned with
+//! migrations (`PRAGMA user_version`).
+//!
+//! The database is the source of truth. Raw messages are committed before
+//! any processing; each pipeline step commits its new items, their vectors
+//! (f16), their provenance and the pipeline's progress mark in **one**
+//! transaction, so a crash or a model failure leaves the store at the last
+//! completed step and ingestion resumes from the first unprocessed message.
+//! Vector index files beside the database are caches rebuilt from it when
+//! missing or stale.
+
+use crate::error::{MemoryError, Result};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use std::path::{Path, PathBuf};
+
+/// Schema migrations, in order; `user_version` counts those applied.
+const MIGRATIONS: &[&str] = &[
+    // v1
+    "CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        user TEXT NOT NULL,
+        session TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        speaker TEXT NOT NULL,
+        text TEXT NOT NULL,
+        said_at INTEGER,
+        source_ref TEXT,
+        ingested_at INTEGER NOT NULL
+     );
+     CREATE INDEX messages_by_user ON messages(user, id);
+     CREATE TABLE items (
+        id INTEGER PRIMARY KEY,
+        user TEXT NOT NULL,
+        pipeline TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        text TEXT NOT NULL,
+        said_at INTEGER,
+        refers_to INTEGER,
+        created_at INTEGER NOT NULL,
+        turn INTEGER NOT NULL,
+        vector BLOB,
+        deleted INTEGER NOT NULL DEFAULT 0
+     );
+     CREATE INDEX items_by_owner ON items(user, pipeline, deleted, id);
+     CREATE TABLE item_sources (
+        item_id INTEGER NOT NULL REFERENCES items(id),
+        message_id INTEGER NOT NULL REFERENCES messages(id),
+        PRIMARY KEY (item_id, message_id)
+     );
+     CREATE TABLE pipeline_state (
+        user TEXT NOT NULL,
+        pipeline TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (user, pipeline, key)
+     );",
+];
+
+/// Current schema version.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// A raw message as given to ingestion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// Session (conversation) name.
+    pub session: String,
+    /// Who said it.
+    pub speaker: String,
+    /// What was said.
+    pub text: String,
+    /// When it was said (Unix seconds), if known.
+    pub said_at: Option<i64>,
+    /// The caller's own id for it (LoCoMo `dia_id`), if any.
+    pub source_ref: Option<String>,
+}
+
+/// A stored raw message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// Store id (increasing in ingestion order).
+    pub id: i64,
+    /// Owner.
+    pub user: String,
+    /// Position among the user's messages (0-based).
+    pub seq: i64,
+    /// The message as given.
+    pub msg: NewMessage,
+}
+
+/// A memory item to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewItem {
+    /// Item kind (`turn`, `chunk`, `summary`, …; pipeline-defined).
+    pub kind: String,
+    /// Text.
+    pub text: String,
+    /// Ids of the source messages (provenance).
+    pub sources: Vec<i64>,
+    /// When the source was said (Unix seconds).
+    pub said_at: Option<i64>,
+    /// The time the content refers to (Unix seconds), if known.
+    pub refers_to: Option<i64>,
+    /// Embedding (stored as f16), if the item is searchable.
+    pub vector: Option<Vec<f32>>,
+}
+
+/// A stored memory item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// Store id; also the id in the vector index.
+    pub id: i64,
+    /// Owner.
+    pub user: String,
+    /// Pipeline that made it.
+    pub pipeline: String,
+    /// Kind.
+    pub kind: String,
+    /// Text.
+    pub text: String,
+    /// Source message ids.
+    pub sources: Vec<i64>,
+    /// When the source was said.
+    pub said_at: Option<i64>,
+    /// The time the content refers to.
+    pub refers_to: Option<i64>,
+    /// Pipeline turn at which it was made (salience clock).
+    pub turn: i64,
+}
+
+/// One pipeline step, committed atomically by [`Store::commit`].
+#[derive(Debug, Clone, Default)]
+pub struct Step {
+    /// Items to add.
+    pub add: Vec<NewItem>,
+    /// Item ids to mark deleted.
+    pub delete: Vec<i64>,
+    /// Pipeline state to set.
+    pub state: Vec<(String, String)>,
+    /// The last message id this step has fully processed.
+    pub processed_through: Option<i64>,
+    /// Pipeline turn stamped on the added items.
+    pub turn: i64,
+}
+
+/// The SQLite store of one memory directory.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    dir: PathBuf,
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Checks a user name: 1–64 characters of `[A-Za-z0-9_.-]` (it names
+/// index files).
+pub fn check_user(user: &str) -> Result<()> {
+    let ok = !user.is_empty()
+        && user.len() <= 64
+        && user != "."
+        && user != ".."
+        && user.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(MemoryError::Invalid(format!(
+            "user `{user}`: use 1-64 characters of letters, digits, `_`, `.` and `-`"
+        )))
+    }
+}
+
+fn f16_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect()
+}
+
+fn blob_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect()
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `dir` and migrates it to the
+    /// current schema. A database from a newer version is refused.
+    pub fn open(dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(dir)?;
+        let mut conn = Connection::open(dir.join("memory.db"))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version > SCHEMA_VERSION {
+            return Err(MemoryError::Invalid(format!(
+                "{} has schema version {version}; this build reads up to {SCHEMA_VERSION}",
+                dir.join("memory.db").display()
+            )));
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as u32)?;
+            tx.commit()?;
+        }
+        Ok(Store {
+            conn,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The memory directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends raw messages for `user` in one transaction (before any
+    /// processing); returns their ids.
+    pub fn append_messages(&mut self, user: &str, msgs: &[NewMessage]) -> Result<Vec<i64>> {
+        check_user(user)?;
+        let tx = self.conn.transaction()?;
+        let mut seq: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE user = ?1",
+            [user],
+            |r| r.get(0),
+        )?;
+        let now = now_secs();
+        let mut ids = Vec::with_capacity(msgs.len());
+        {
+            let mut st = tx.prepare(
+                "INSERT INTO messages (user, session, seq, speaker, text, said_at, source_ref, ingested_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for m in msgs {
+                st.execute(params![
+                    user,
+                    m.session,
+                    seq,
+                    m.speaker,
+                    m.text,
+                    m.said_at,
+                    m.source_ref,
+                    now
+                ])?;
+                ids.push(tx.last_insert_rowid());
+                seq += 1;
+            }
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    fn row_message(r: &rusqlite::Row<'_>) -> rusqlite::Result<Message> {
+        Ok(Message {
+            id: r.get(0)?,
+            user: r.get(1)?,
+            seq: r.get(3)?,
+            msg: NewMessage {
+                session: r.get(2)?,
+                speaker: r.get(4)?,
+                text: r.get(5)?,
+                said_at: r.get(6)?,
+                source_ref: r.get(7)?,
+            },
+        })
+    }
+
+    /// The user's messages with id greater than `after`, oldest first.
+    pub fn messages_after(&self, user: &str, after: i64) -> Result<Vec<Message>> {
+        let mut st = self.conn.prepare(
+            "SELECT id, user, session, seq, speaker, text, said_at, source_ref FROM messages
+             WHERE user = ?1 AND id > ?2 ORDER BY id",
+        )?;
+        let rows = st.query_map(params![user, after], Self::row_message)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Messages by id (missing ids are skipped), in id order.
+    pub fn messages(&self, ids: &[i64]) -> Result<Vec<Message>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT id, user, session, seq, speaker, text, said_at, source_ref FROM messages WHERE id = ?1")?;
+        let mut out = Vec::with_capacity(ids.len());
+        for &id in ids {
+            if let Some(m) = st.query_row([id], Self::row_message).optional()? {
+                out.push(m);
+            }
+        }
+        out.sort_by_key(|m| m.id);
+        Ok(out)
+    }
+
+    /// The user's messages with `lo <= seq < hi`, oldest first.
+    pub fn messages_in_seq(&self, user: &str, lo: i64, hi: i64) -> Result<Vec<Message>> {
+        let mut st = self.conn.prepare(
+            "SELECT id, user, session, seq, speaker, text, said_at, source_ref FROM messages
+             WHERE user = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+        )?;
+        let rows = st.query_map(params![user, lo, hi], Self::row_message)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The id of the last message `pipeline` has processed for `user` (0
+    /// when none).
+    pub fn progress(&self, user: &str, pipeline: &str) -> Result<i64> {
+        Ok(self
+            .state(user, pipeline, "processed_through")?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// A pipeline state value.
+    pub fn state(&self, user: &str, pipeline: &str, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT value FROM pipeline_state WHERE user = ?1 AND pipeline = ?2 AND key = ?3",
+                params![user, pipeline, key],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Commits one pipeline step atomically; returns the new item ids.
+    pub fn commit(&mut self, user: &str, pipeline: &str, step: &Step) -> Result<Vec<i64>> {
+        let tx = self.conn.transaction()?;
+        let ids = Self::apply(&tx, user, pipeline, step)?;
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    fn apply(tx: &Transaction<'_>, user: &str, pipeline: &str, step: &Step) -> Result<Vec<i64>> {
+        let now = now_secs();
+        let mut ids = Vec::with_capacity(step.add.len());
+        {
+            let mut ins = tx.prepare(
+                "INSERT INTO items (user, pipeline, kind, text, said_at, refers_to, created_at, turn, vector)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            let mut src = tx.prepare("INSERT OR IGNORE INTO item_sources (item_id, message_id) VALUES (?1, ?2)")?;
+            for it in &step.add {
+                ins.execute(params![
+                    user,
+                    pipeline,
+                    it.kind,
+                    it.text,
+                    it.said_at,
+                    it.refers_to,
+                    now,
+                    step.turn,
+                    it.vector.as_deref().map(f16_blob)
+                ])?;
+                let id = tx.last_insert_rowid();
+                for &m in &it.sources {
+                    src.execute(params![id, m])?;
+                }
+                ids.push(id);
+            }
+            let mut del = tx.prepare("UPDATE items SET deleted = 1 WHERE id = ?1 AND user = ?2 AND pipeline = ?3")?;
+            for &id in &step.delete {
+                del.execute(params![id, user, pipeline])?;
+            }
+            let mut set = tx.prepare(
+                "INSERT INTO pipeline_state (user, pipeline, key, value) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (user, pipeline, key) DO UPDATE SET value = excluded.value",
+            )?;
+            for (k, v) in &step.state {
+                set.execute(params![user, pipeline, k, v])?;
+            }
+            if let Some(p) = step.processed_through {
+                set.execute(params![user, pipeline, "processed_through", p.to_string()])?;
+            }
+        }
+        Ok(ids)
+    }
+
+    fn sources_of(&self, id: i64) -> Result<Vec<i64>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT message_id FROM item_sources WHERE item_id = ?1 ORDER BY message_id")?;
+        let rows = st.query_map([id], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn row_item(r: &rusqlite::Row<'_>) -> rusqlite::Result<Item> {
+        Ok(Item {
+            id: r.get(0)?,
+            user: r.get(1)?,
+            pipeline: r.get(2)?,
+            kind: r.get(3)?,
+            text: r.get(4)?,
+            said_at: r.get(5)?,
+            refers_to: r.get(6)?,
+            turn: r.get(7)?,
+            sources: Vec::new(),
+        })
+    }
+
+    /// A live item by id, with its provenance.
+    pub fn item(&self, id: i64) -> Result<Option<Item>> {
+        let it = self
+            .conn
+            .query_row(
+                "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn FROM items
+                 WHERE id = ?1 AND deleted = 0",
+                [id],
+                Self::row_item,
+            )
+            .optional()?;
+        match it {
+            Some(mut it) => {
+                it.sources = self.sources_of(id)?;
+                Ok(Some(it))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Live items of `user` made by `pipeline` (optionally of one kind),
+    /// oldest first, with provenance.
+    pub fn items(&self, user: &str, pipeline: &str, kind: Option<&str>) -> Result<Vec<Item>> {
+        let mut st = self.conn.prepare(
+            "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn FROM items
+             WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND (?3 IS NULL OR kind = ?3) ORDER BY id",
+        )?;
+        let rows = st.query_map(params![user, pipeline, kind], Self::row_item)?;
+        let mut items: Vec<Item> = rows.collect::<rusqlite::Result<_>>()?;
+        for it in &mut items {
+            it.sources = self.sources_of(it.id)?;
+        }
+        Ok(items)
+    }
+
+    /// `(id, turn, vector)` of every live searchable item of `user` and
+    /// `pipeline`, in id order (to rebuild an index).
+    pub fn vectors(&self, user: &str, pipeline: &str) -> Result<Vec<(i64, i64, Vec<f32>)>> {
+        let mut st = self.conn.prepare(
+            "SELECT id, turn, vector FROM items
+             WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND vector IS NOT NULL ORDER BY id",
+        )?;
+        let rows = st.query_map(params![user, pipeline], |r| {
+            let b: Vec<u8> = r.get(2)?;
+            Ok((r.get(0)?, r.get(1)?, blob_f32(&b)))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Marks a live item of `user` deleted; returns whether it existed.
+    pub fn delete_item(&mut self, user: &str, id: i64) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE items SET deleted = 1 WHERE id = ?1 AND user = ?2 AND deleted = 0",
+            params![id, user],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Replaces the text (and vector) of a live item of `user`, keeping its
+    /// id and provenance; returns whether it existed.
+    pub fn correct_item(&mut self, user: &str, id: i64, text: &str, vector: Option<&[f32]>) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE items SET text = ?3, vector = COALESCE(?4, vector) WHERE id = ?1 AND user = ?2 AND deleted = 0",
+            params![id, user, text, vector.map(f16_blob)],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// The users with stored messages, sorted.
+    pub fn users(&self) -> Result<Vec<String>> {
+        let mut st = self.conn.prepare("SELECT DISTINCT user FROM messages ORDER BY user")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Number of messages of `user`.
+    pub fn message_count(&self, user: &str) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM messages WHERE user = ?1", [user], |r| r.get(0))?)
+    }
+}

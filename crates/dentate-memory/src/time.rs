@@ -1,0 +1,139 @@
+//! Calendar arithmetic (proleptic Gregorian, UTC) and the timestamp forms
+//! the ingestion formats use, without a date-time dependency.
+
+/// Whether `year` is a leap year.
+pub(crate) fn is_leap_year(year: i64) -> bool {
+    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+}
+
+/// Days in `month` (1–12) of `year`; 0 for an invalid month.
+pub(crate) fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if is_leap_year(year) => 29,
+        2 => 28,
+        _ => 0,
+    }
+}
+
+/// Days since 1970-01-01 of a date (Howard Hinnant's `days_from_civil`).
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let (month, day) = (i64::from(month), i64::from(day));
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400; // [0, 399]
+    let mp = (month + 9) % 12; // March = 0
+    let doy = (153 * mp + 2) / 5 + day - 1; // [0, 365]
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy; // [0, 146096]
+    era * 146_097 + doe - 719_468
+}
+
+/// `YYYY-MM-DD` of Unix seconds (UTC) (Hinnant's `civil_from_days`).
+pub fn date_string(secs: i64) -> String {
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+fn num<T: std::str::FromStr>(s: &str, len: usize) -> Option<T> {
+    (s.len() == len && s.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| s.parse().ok())
+        .flatten()
+}
+
+/// Unix seconds of an ISO-8601 date or date-time: `YYYY-MM-DD`,
+/// `YYYY-MM-DDTHH:MM[:SS[.fff]]` (a space may replace `T`), with `Z`, an
+/// offset `±HH:MM`, or nothing (read as UTC).
+pub fn parse_iso8601(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if !s.is_ascii() {
+        return None;
+    }
+    let (date, rest) = if s.len() > 10 { s.split_at(10) } else { (s, "") };
+    let mut d = date.split('-');
+    let (y, m, day): (i64, u32, u32) = (num(d.next()?, 4)?, num(d.next()?, 2)?, num(d.next()?, 2)?);
+    if d.next().is_some() || !(1..=12).contains(&m) || day == 0 || day > days_in_month(y, m) {
+        return None;
+    }
+    let mut secs = days_from_civil(y, m, day) * 86_400;
+    if rest.is_empty() {
+        return Some(secs);
+    }
+    let rest = rest.strip_prefix(['T', 't', ' '])?;
+    let (clock, offset) = match rest.find(['Z', 'z', '+', '-']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let clock = clock.split('.').next()?;
+    let mut c = clock.split(':');
+    let (h, mi): (i64, i64) = (num(c.next()?, 2)?, num(c.next()?, 2)?);
+    let sec: i64 = match c.next() {
+        Some(x) => num(x, 2)?,
+        None => 0,
+    };
+    if c.next().is_some() || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    secs += h * 3600 + mi * 60 + sec;
+    match offset {
+        "" | "Z" | "z" => Some(secs),
+        o => {
+            let sign = if o.starts_with('-') { -1 } else { 1 };
+            let (oh, om) = o[1..].split_once(':').unwrap_or((&o[1..], "00"));
+            let (oh, om): (i64, i64) = (num(oh, 2)?, num(om, 2)?);
+            Some(secs - sign * (oh * 3600 + om * 60))
+        }
+    }
+}
+
+/// Unix seconds of a timestamp in any form ingestion accepts: ISO 8601
+/// or LoCoMo's `1:56 pm on 8 May, 2023`.
+pub fn parse_time(s: &str) -> Option<i64> {
+    parse_iso8601(s).or_else(|| crate::locomo::parse_locomo_date(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(date_string(0), "1970-01-01");
+        assert_eq!(date_string(1_683_554_160), "2023-05-08");
+        assert_eq!(date_string(951_782_400), "2000-02-29");
+        assert_eq!(date_string(-86_400), "1969-12-31");
+        for d in [-700_000i64, -1, 0, 59, 60, 11_016, 19_000, 2_932_896] {
+            let s = date_string(d * 86_400);
+            assert_eq!(parse_iso8601(&s), Some(d * 86_400), "{s}");
+        }
+    }
+
+    #[test]
+    fn iso_forms() {
+        assert_eq!(parse_iso8601("2023-05-08"), Some(1_683_504_000));
+        assert_eq!(parse_iso8601("2023-05-08T13:56:00Z"), Some(1_683_554_160));
+        assert_eq!(parse_iso8601("2023-05-08 13:56"), Some(1_683_554_160));
+        assert_eq!(parse_iso8601("2023-05-08T15:56:00.250+02:00"), Some(1_683_554_160));
+        assert_eq!(parse_iso8601("2023-05-08T08:56:00-05:00"), Some(1_683_554_160));
+        for bad in [
+            "",
+            "2023-13-01",
+            "2023-02-29",
+            "2023-05-08T25:00",
+            "08/05/2023",
+            "2023-05-08X",
+            "２０２３-05-08",
+        ] {
+            assert_eq!(parse_iso8601(bad), None, "{bad}");
+        }
+        assert_eq!(parse_time("1:56 pm on 8 May, 2023"), Some(1_683_554_160));
+    }
+}

@@ -1,0 +1,328 @@
+//! The memory layer end to end: store, provenance, namespaces, RAG, HEMA,
+//! forgetting, prompt budgets, and resuming after a model failure.
+
+mod common;
+
+use common::{chat, conversation, embedder, msg, summary_server};
+use dentate_embed::http::testing::{Reply, ScriptedServer};
+use dentate_memory::store::SCHEMA_VERSION;
+use dentate_memory::{HemaConfig, Llm, Memory, MemoryError, NewMessage, PipelineKind, Store, VectorMemoryConfig};
+use std::sync::Arc;
+
+fn open(dir: &std::path::Path, kind: &str) -> Memory {
+    Memory::open(dir, PipelineKind::parse(kind).unwrap(), embedder(), None).unwrap()
+}
+
+#[test]
+fn rag_retrieves_the_right_turn_with_provenance() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    let r = m.ingest("ann", &conversation()).unwrap();
+    assert_eq!((r.messages, r.items, r.live), (6, 6, 6));
+    let hits = m
+        .retrieve("ann", "What is the name of the cat Ann adopted?", 3)
+        .unwrap();
+    assert_eq!(hits[0].source_refs, vec!["D1:1"]);
+    assert!(hits[0].item.text.contains("Pixel"));
+    assert_eq!(hits[0].item.kind, "turn");
+    assert_eq!(hits[0].item.said_at, Some(1_682_899_200 + 86_400 + 60));
+    assert!(hits[0].score > hits[1].score);
+    let hits = m.retrieve("ann", "Which city is Clara moving to?", 1).unwrap();
+    assert_eq!(hits[0].source_refs, vec!["D1:3"]);
+}
+
+#[test]
+fn users_are_separate_namespaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    m.ingest("ann", &conversation()).unwrap();
+    m.ingest("zed", &[msg(1, 1, "Zed", "I collect antique typewriters from Prague.")])
+        .unwrap();
+    let hits = m.retrieve("zed", "cat adopted from the shelter", 5).unwrap();
+    assert_eq!(hits.len(), 1, "zed sees only his own memory");
+    assert!(hits[0].item.text.contains("typewriters"));
+    assert_eq!(m.store().users().unwrap(), vec!["ann", "zed"]);
+    for bad in ["", "a/b", "..", &"x".repeat(65)] {
+        assert!(
+            matches!(m.retrieve(bad, "q", 1), Err(MemoryError::Invalid(_))),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    // Retrieval from an empty memory is empty, not an error.
+    assert!(m.retrieve("ann", "anything", 5).unwrap().is_empty());
+    assert!(matches!(m.retrieve("ann", "q", 0), Err(MemoryError::Invalid(_))));
+    assert!(matches!(m.retrieve("ann", "   ", 3), Err(MemoryError::Invalid(_))));
+    let mut empty = msg(1, 1, "Ann", " ");
+    empty.text = "  ".into();
+    assert!(matches!(m.ingest("ann", &[empty]), Err(MemoryError::Invalid(_))));
+    assert_eq!(m.store().message_count("ann").unwrap(), 0, "nothing half-stored");
+    assert!(matches!(
+        m.forget("ann", 999),
+        Err(MemoryError::NotFound { id: 999, .. })
+    ));
+}
+
+#[test]
+fn forget_and_correct_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    m.ingest("ann", &conversation()).unwrap();
+    let cat = m.retrieve("ann", "cat called Pixel", 1).unwrap()[0].item.id;
+    m.forget("ann", cat).unwrap();
+    let hits = m.retrieve("ann", "cat called Pixel", 6).unwrap();
+    assert!(hits.iter().all(|h| h.item.id != cat));
+    assert_eq!(hits.len(), 5);
+    // Another user cannot delete it, and it stays deleted after reopening.
+    assert!(matches!(m.forget("zed", cat), Err(MemoryError::NotFound { .. })));
+    drop(m);
+    let mut m = open(dir.path(), "rag");
+    assert!(
+        m.retrieve("ann", "cat called Pixel", 6)
+            .unwrap()
+            .iter()
+            .all(|h| h.item.id != cat)
+    );
+
+    let soup = m.retrieve("ann", "favourite dish lentil soup", 1).unwrap()[0].clone();
+    m.correct("ann", soup.item.id, "Bob: My favourite dish is mushroom risotto.")
+        .unwrap();
+    let hit = &m.retrieve("ann", "mushroom risotto", 1).unwrap()[0];
+    assert_eq!(hit.item.id, soup.item.id, "same id");
+    assert_eq!(hit.source_refs, vec!["D2:3"], "provenance kept");
+    assert!(hit.item.text.contains("risotto"));
+}
+
+#[test]
+fn index_file_is_rebuilt_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    m.ingest("ann", &conversation()).unwrap();
+    let before = m.retrieve("ann", "cello lessons", 3).unwrap();
+    drop(m);
+    let file = dir.path().join("ann.rag.dnt");
+    assert!(file.exists());
+    // Corrupt it: the store is the source of truth.
+    std::fs::write(&file, b"garbage").unwrap();
+    // The store keeps vectors in f16: same items, scores within f16 rounding.
+    let same = |a: &[dentate_memory::Retrieved]| {
+        assert_eq!(a.len(), before.len());
+        for (x, y) in a.iter().zip(&before) {
+            assert_eq!((x.item.id, &x.source_refs), (y.item.id, &y.source_refs));
+            assert!((x.score - y.score).abs() < 1e-3, "{} vs {}", x.score, y.score);
+        }
+    };
+    let mut m = open(dir.path(), "rag");
+    same(&m.retrieve("ann", "cello lessons", 3).unwrap());
+    std::fs::remove_file(&file).unwrap();
+    let mut m2 = open(dir.path(), "rag");
+    same(&m2.retrieve("ann", "cello lessons", 3).unwrap());
+    drop(m);
+}
+
+#[test]
+fn store_schema_and_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path()).unwrap();
+    drop(s);
+    assert_eq!(rusqlite_version(dir.path()), SCHEMA_VERSION);
+    // A database from a future version is refused.
+    set_version(dir.path(), SCHEMA_VERSION + 1);
+    assert!(matches!(Store::open(dir.path()), Err(MemoryError::Invalid(_))));
+}
+
+fn rusqlite_version(dir: &std::path::Path) -> u32 {
+    // Read the header field directly: user_version is the big-endian u32
+    // at byte 60 of the database header (the WAL is checkpointed on close).
+    let b = std::fs::read(dir.join("memory.db")).unwrap();
+    u32::from_be_bytes([b[60], b[61], b[62], b[63]])
+}
+
+fn set_version(dir: &std::path::Path, v: u32) {
+    let p = dir.join("memory.db");
+    let mut b = std::fs::read(&p).unwrap();
+    b[60..64].copy_from_slice(&v.to_be_bytes());
+    std::fs::write(&p, b).unwrap();
+}
+
+#[test]
+fn embedder_change_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    open(dir.path(), "rag").ingest("ann", &conversation()).unwrap();
+    let other = Arc::new(dentate_embed::HashingEmbedder::new(128).unwrap());
+    let mut m = Memory::open(dir.path(), PipelineKind::parse("rag").unwrap(), other, None).unwrap();
+    let err = m.ingest("ann", &[msg(3, 1, "Ann", "More text.")]).unwrap_err();
+    assert!(err.to_string().contains("embedder"), "{err}");
+}
+
+/// A long synthetic dialogue: `n` turns cycling through topics, each
+/// mentioning a unique token so it can be found again.
+fn long_dialogue(n: u32) -> Vec<NewMessage> {
+    let topics = [
+        "pottery class",
+        "marathon training",
+        "cello practice",
+        "garden tomatoes",
+        "Lisbon trip",
+    ];
+    (0..n)
+        .map(|i| {
+            let who = if i % 2 == 0 { "Ann" } else { "Bob" };
+            let t = topics[(i as usize) % topics.len()];
+            msg(
+                1 + i / 50,
+                1 + i % 50,
+                who,
+                &format!("Turn {i} about my {t}, note token{i} for later."),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn hema_summaries_forgetting_and_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "hema");
+    let r = m.ingest("ann", &long_dialogue(250)).unwrap();
+    assert_eq!(r.messages, 250);
+    // Two summary-of-summaries items (turns 100 and 200) plus 250 chunks.
+    assert_eq!(r.items, 252);
+    // Forgetting at turn 100 (101 live → 1 pruned) and 200 (201 → 2 pruned).
+    assert_eq!(r.forgotten, 3);
+    assert_eq!(r.live, 252 - 3);
+    let summaries = m.store().items("ann", "hema", Some("summary")).unwrap();
+    assert_eq!(summaries.len(), 2);
+    assert_eq!(
+        summaries[0].sources.len(),
+        100,
+        "a block summary cites its 100 messages"
+    );
+    let st = m.store();
+    let compact = st.state("ann", "hema", "compact").unwrap().unwrap();
+    assert!(!compact.is_empty());
+    assert!(dentate_memory::tokens::count(&compact) <= 60, "{compact}");
+    // The oldest turns are the ones forgotten.
+    let live: Vec<String> = m
+        .store()
+        .items("ann", "hema", Some("chunk"))
+        .unwrap()
+        .into_iter()
+        .map(|i| i.text)
+        .collect();
+    assert!(!live.iter().any(|t| t.contains("Turn 0 ")));
+    assert!(live.iter().any(|t| t.contains("Turn 249 ")));
+
+    let c = m.compose("ann", "What did I say in token137?", 3500).unwrap();
+    for tag in ["<system>", "<compact>", "<retrieved>", "<dialogue_tail>", "<user>"] {
+        assert!(c.prompt.contains(tag), "{tag} missing");
+    }
+    assert!(c.prompt.contains("token137"), "the matching chunk is retrieved");
+    assert_eq!(c.tokens, dentate_memory::tokens::count(&c.prompt));
+    assert!(c.tokens <= 3500);
+    assert_eq!(c.included.len(), 5);
+    assert!(
+        c.prompt.contains("Turn 248 ") && c.prompt.contains("Turn 249 "),
+        "two tail turns"
+    );
+    // A tight budget trims the lowest-similarity chunks first.
+    let small = m.compose("ann", "What did I say in token137?", c.tokens - 20).unwrap();
+    assert!(small.tokens <= c.tokens - 20);
+    assert!(small.trimmed >= 1);
+    assert_eq!(small.included[0], c.included[0], "the best chunk stays");
+    assert!(matches!(m.compose("ann", "q", 5), Err(MemoryError::Invalid(_))));
+}
+
+#[test]
+fn hema_with_a_model_and_resume_after_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let msgs = long_dialogue(12);
+    // The server answers 5 summarizer calls, then fails persistently.
+    let bad = ScriptedServer::start(64, |i, _| {
+        if i < 5 {
+            Reply::ok(common::chat_body(&format!(
+                "{{\"summary\": \"Summary number {i} of the talk.\"}}"
+            )))
+        } else {
+            Reply::status(503, "down")
+        }
+    })
+    .unwrap();
+    let llm: Arc<dyn Llm> = Arc::new(chat(&bad, 2000, 1));
+    let mut m = Memory::open(dir.path(), PipelineKind::parse("hema").unwrap(), embedder(), Some(llm)).unwrap();
+    let err = m.ingest("ann", &msgs).unwrap_err();
+    assert!(matches!(err, MemoryError::Llm(_)), "{err}");
+    // Every raw message is stored; the 5 turns that were summarised are
+    // committed with their progress mark.
+    assert_eq!(m.store().message_count("ann").unwrap(), 12);
+    assert_eq!(m.store().items("ann", "hema", None).unwrap().len(), 5);
+    let through = m.store().progress("ann", "hema").unwrap();
+    assert_eq!(m.store().messages_after("ann", through).unwrap().len(), 7);
+    drop(m);
+
+    // The server recovers: processing resumes where it stopped.
+    let good = summary_server(64);
+    let llm = Arc::new(chat(&good, 2000, 1));
+    let mut m = Memory::open(
+        dir.path(),
+        PipelineKind::parse("hema").unwrap(),
+        embedder(),
+        Some(llm.clone()),
+    )
+    .unwrap();
+    let r = m.process("ann", &mut |_, _| {}).unwrap();
+    assert_eq!(r.messages, 7, "only the unprocessed messages");
+    assert_eq!(good.requests().len(), 7, "one summarizer call per remaining turn");
+    assert_eq!(llm.stats().calls, 7);
+    let items = m.store().items("ann", "hema", None).unwrap();
+    assert_eq!(items.len(), 12, "no turn lost, none duplicated");
+    let mut refs: Vec<i64> = items.iter().flat_map(|i| i.sources.clone()).collect();
+    refs.dedup();
+    assert_eq!(refs.len(), 12);
+    assert_eq!(
+        m.store().state("ann", "hema", "compact").unwrap().unwrap(),
+        "Summary number 6 of the talk."
+    );
+    // The summarizer saw the previous summary and the new turn.
+    let last = &good.requests()[6].body["messages"][1]["content"];
+    assert!(last.as_str().unwrap().contains("Summary number 5 of the talk."));
+    assert!(last.as_str().unwrap().contains("token11"));
+}
+
+#[test]
+fn large_memory_switches_to_ivf_pq() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = VectorMemoryConfig {
+        switch_at: 600,
+        opq: false,
+        rerank: 8,
+    };
+    let mut m = Memory::open(dir.path(), PipelineKind::Rag(cfg.clone()), embedder(), None).unwrap();
+    m.ingest("ann", &long_dialogue(700)).unwrap();
+    let hits = m.retrieve("ann", "note token321 for later", 3).unwrap();
+    assert!(hits[0].item.text.contains("token321 "), "{:?}", hits[0].item.text);
+    drop(m);
+    // Reopening loads the IVF-PQ file as it is.
+    let idx = dentate_core::AnyIndex::load(&dir.path().join("ann.rag.dnt")).unwrap();
+    assert!(matches!(idx, dentate_core::AnyIndex::IvfPq(_)));
+    let mut m = Memory::open(dir.path(), PipelineKind::Rag(cfg), embedder(), None).unwrap();
+    assert!(
+        m.retrieve("ann", "note token654 for later", 1).unwrap()[0]
+            .item
+            .text
+            .contains("token654 ")
+    );
+}
+
+#[test]
+fn hema_config_defaults_match_the_paper() {
+    let c = HemaConfig::default();
+    assert_eq!((c.k, c.budget, c.tail_turns, c.summary_tokens), (5, 3500, 2, 60));
+    assert_eq!((c.sos_every, c.forget_every), (100, 100));
+    assert!((c.forget_fraction - 0.005).abs() < 1e-12);
+    assert!((c.salience.gamma - 0.002).abs() < 1e-9 && (c.salience.beta - 0.5).abs() < 1e-9);
+}

@@ -1,6 +1,7 @@
 //! LoCoMo evaluation of a pipeline: ingest each conversation into a fresh
 //! memory, retrieve for every question, map the retrieved items back to
-//! `dia_id`s through their provenance, and report evidence recall, full
+//! `dia_id`s through their provenance (summary items, which cite a whole
+//! block without quoting it, cover none), and report evidence recall, full
 //! coverage, context tokens and latency per category ([`locomo::aggregate`]).
 //! With a model: generate an answer from the composed prompt and score it
 //! with the LLM-as-judge prompt of Amory, appendix A.1.
@@ -236,7 +237,13 @@ pub fn run(
             let mut context_tokens = Vec::with_capacity(opts.ks.len());
             for &k in &opts.ks {
                 let top = &hits[..k.min(hits.len())];
-                let mut ids: Vec<String> = top.iter().flat_map(|h| h.source_refs.iter().cloned()).collect();
+                // A summary cites its whole block of messages without
+                // quoting them: it covers no evidence turn.
+                let mut ids: Vec<String> = top
+                    .iter()
+                    .filter(|h| h.item.kind != "summary")
+                    .flat_map(|h| h.source_refs.iter().cloned())
+                    .collect();
                 ids.sort();
                 ids.dedup();
                 retrieved.push(ids);

@@ -262,7 +262,11 @@ impl Pipeline for Hema {
 
     fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>> {
         let q = embed_query(env, query)?;
-        let turn = Self::load_state(env)?.turn;
+        let turn = env
+            .store
+            .state(env.user, "hema", "turn")?
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
         let vm = self.vectors(env)?;
         let hits = vm.search(&q, k)?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();

@@ -270,7 +270,7 @@ impl Store {
 
     /// The user's messages with id greater than `after`, oldest first.
     pub fn messages_after(&self, user: &str, after: i64) -> Result<Vec<Message>> {
-        let mut st = self.conn.prepare(
+        let mut st = self.conn.prepare_cached(
             "SELECT id, user, session, seq, speaker, text, said_at, source_ref FROM messages
              WHERE user = ?1 AND id > ?2 ORDER BY id",
         )?;
@@ -280,9 +280,9 @@ impl Store {
 
     /// Messages by id (missing ids are skipped), in id order.
     pub fn messages(&self, ids: &[i64]) -> Result<Vec<Message>> {
-        let mut st = self
-            .conn
-            .prepare("SELECT id, user, session, seq, speaker, text, said_at, source_ref FROM messages WHERE id = ?1")?;
+        let mut st = self.conn.prepare_cached(
+            "SELECT id, user, session, seq, speaker, text, said_at, source_ref FROM messages WHERE id = ?1",
+        )?;
         let mut out = Vec::with_capacity(ids.len());
         for &id in ids {
             if let Some(m) = st.query_row([id], Self::row_message).optional()? {
@@ -295,7 +295,7 @@ impl Store {
 
     /// The user's messages with `lo <= seq < hi`, oldest first.
     pub fn messages_in_seq(&self, user: &str, lo: i64, hi: i64) -> Result<Vec<Message>> {
-        let mut st = self.conn.prepare(
+        let mut st = self.conn.prepare_cached(
             "SELECT id, user, session, seq, speaker, text, said_at, source_ref FROM messages
              WHERE user = ?1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
         )?;
@@ -314,14 +314,10 @@ impl Store {
 
     /// A pipeline state value.
     pub fn state(&self, user: &str, pipeline: &str, key: &str) -> Result<Option<String>> {
-        Ok(self
+        let mut st = self
             .conn
-            .query_row(
-                "SELECT value FROM pipeline_state WHERE user = ?1 AND pipeline = ?2 AND key = ?3",
-                params![user, pipeline, key],
-                |r| r.get(0),
-            )
-            .optional()?)
+            .prepare_cached("SELECT value FROM pipeline_state WHERE user = ?1 AND pipeline = ?2 AND key = ?3")?;
+        Ok(st.query_row(params![user, pipeline, key], |r| r.get(0)).optional()?)
     }
 
     /// Commits one pipeline step atomically; returns the new item ids.
@@ -403,12 +399,11 @@ impl Store {
     pub fn item(&self, id: i64) -> Result<Option<Item>> {
         let it = self
             .conn
-            .query_row(
+            .prepare_cached(
                 "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn FROM items
                  WHERE id = ?1 AND deleted = 0",
-                [id],
-                Self::row_item,
-            )
+            )?
+            .query_row([id], Self::row_item)
             .optional()?;
         match it {
             Some(mut it) => {
@@ -422,7 +417,7 @@ impl Store {
     /// Live items of `user` made by `pipeline` (optionally of one kind),
     /// oldest first, with provenance.
     pub fn items(&self, user: &str, pipeline: &str, kind: Option<&str>) -> Result<Vec<Item>> {
-        let mut st = self.conn.prepare(
+        let mut st = self.conn.prepare_cached(
             "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn FROM items
              WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND (?3 IS NULL OR kind = ?3) ORDER BY id",
         )?;
@@ -437,7 +432,7 @@ impl Store {
     /// `(id, turn, vector)` of every live searchable item of `user` and
     /// `pipeline`, in id order (to rebuild an index).
     pub fn vectors(&self, user: &str, pipeline: &str) -> Result<Vec<(i64, i64, Vec<f32>)>> {
-        let mut st = self.conn.prepare(
+        let mut st = self.conn.prepare_cached(
             "SELECT id, turn, vector FROM items
              WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND vector IS NOT NULL ORDER BY id",
         )?;
@@ -469,7 +464,9 @@ impl Store {
 
     /// The users with stored messages, sorted.
     pub fn users(&self) -> Result<Vec<String>> {
-        let mut st = self.conn.prepare("SELECT DISTINCT user FROM messages ORDER BY user")?;
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT DISTINCT user FROM messages ORDER BY user")?;
         let rows = st.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct VectorMemoryConfig {
     /// Live items at which the exact index is replaced by IVF-OPQ-PQ
-    /// (default 20,000: below it an exact scan of f32 rows is faster than
-    /// training pays back). An IVF index is retrained from scratch when it
+    /// (default 10,000: an exact scan of 10,000 × 384 f32 rows takes about
+    /// as long as the rest of a retrieval; HEMA's forgetting holds its
+    /// memory near 20,000 items, so it must switch below that). An IVF index is retrained from scratch when it
     /// has grown 4× past the size it was trained at.
     pub switch_at: usize,
     /// Learn an OPQ rotation when training IVF-PQ (default on).
@@ -24,7 +25,7 @@ pub struct VectorMemoryConfig {
 impl Default for VectorMemoryConfig {
     fn default() -> Self {
         VectorMemoryConfig {
-            switch_at: 20_000,
+            switch_at: 10_000,
             opq: true,
             rerank: 8,
         }
@@ -42,6 +43,8 @@ pub struct VectorMemory {
     path: PathBuf,
     cfg: VectorMemoryConfig,
     trained_at: usize,
+    /// Items removed since the last compaction (tombstones still held).
+    removed: usize,
 }
 
 /// PQ sub-quantizers for `dim`: 8 dimensions each when possible (48 bytes
@@ -88,6 +91,7 @@ impl VectorMemory {
                     path: path.to_path_buf(),
                     cfg,
                     trained_at,
+                    removed: 0,
                 });
             }
             log::warn!("{} disagrees with the store; rebuilding it", path.display());
@@ -98,6 +102,7 @@ impl VectorMemory {
             path: path.to_path_buf(),
             cfg,
             trained_at: 0,
+            removed: 0,
         };
         vm.rebuild(stored)?;
         Ok(vm)
@@ -144,6 +149,7 @@ impl VectorMemory {
             idx.set_turn(last.1.max(0) as u64);
         }
         self.trained_at = n;
+        self.removed = 0;
         self.index = index;
         Ok(())
     }
@@ -170,7 +176,19 @@ impl VectorMemory {
     /// Removes items; returns how many were present.
     pub fn remove(&mut self, ids: &[i64]) -> usize {
         let ids: Vec<u64> = ids.iter().filter_map(|&i| u64::try_from(i).ok()).collect();
-        self.index.as_index_mut().remove(&ids)
+        let n = self.index.as_index_mut().remove(&ids);
+        self.note_removed(n);
+        n
+    }
+
+    /// Counts removed rows and compacts the index once they exceed a
+    /// quarter of the live ones, so forgetting frees memory and scan time.
+    fn note_removed(&mut self, n: usize) {
+        self.removed += n;
+        if self.removed > 0 && self.removed * 4 >= self.len().max(64) {
+            self.index.as_index_mut().compact();
+            self.removed = 0;
+        }
     }
 
     /// The `k` most similar items of one query: `(item id, cosine)`, best
@@ -208,6 +226,7 @@ impl VectorMemory {
     /// turn (through the core's pruning); returns their ids.
     pub fn prune(&mut self, fraction: f64, params: &SalienceParams) -> Result<Vec<i64>> {
         let ids = self.index.as_index_mut().prune_lowest(fraction, params)?;
+        self.note_removed(ids.len());
         Ok(ids.into_iter().filter_map(|i| i64::try_from(i).ok()).collect())
     }
 

@@ -303,19 +303,21 @@ fn large_memory_switches_to_ivf_pq() {
     };
     let mut m = Memory::open(dir.path(), PipelineKind::Rag(cfg.clone()), embedder(), None).unwrap();
     m.ingest("ann", &long_dialogue(700)).unwrap();
-    let hits = m.retrieve("ann", "note token321 for later", 3).unwrap();
+    let hits = m
+        .retrieve(
+            "ann",
+            "Bob: Turn 321 about my marathon training, note token321 for later.",
+            3,
+        )
+        .unwrap();
     assert!(hits[0].item.text.contains("token321 "), "{:?}", hits[0].item.text);
     drop(m);
     // Reopening loads the IVF-PQ file as it is.
     let idx = dentate_core::AnyIndex::load(&dir.path().join("ann.rag.dnt")).unwrap();
     assert!(matches!(idx, dentate_core::AnyIndex::IvfPq(_)));
     let mut m = Memory::open(dir.path(), PipelineKind::Rag(cfg), embedder(), None).unwrap();
-    assert!(
-        m.retrieve("ann", "note token654 for later", 1).unwrap()[0]
-            .item
-            .text
-            .contains("token654 ")
-    );
+    let q = "Ann: Turn 654 about my Lisbon trip, note token654 for later.";
+    assert!(m.retrieve("ann", q, 1).unwrap()[0].item.text.contains("token654 "));
 }
 
 #[test]
@@ -325,4 +327,26 @@ fn hema_config_defaults_match_the_paper() {
     assert_eq!((c.sos_every, c.forget_every), (100, 100));
     assert!((c.forget_fraction - 0.005).abs() < 1e-12);
     assert!((c.salience.gamma - 0.002).abs() < 1e-9 && (c.salience.beta - 0.5).abs() < 1e-9);
+}
+
+#[test]
+fn hema_switches_to_ivf_pq_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = HemaConfig {
+        vectors: VectorMemoryConfig {
+            switch_at: 600,
+            opq: false,
+            rerank: 8,
+        },
+        ..Default::default()
+    };
+    let mut m = Memory::open(dir.path(), PipelineKind::Hema(cfg), embedder(), None).unwrap();
+    let r = m.ingest("ann", &long_dialogue(700)).unwrap();
+    assert_eq!(r.live, 700 + 7 - r.forgotten);
+    let q = "Ann: Turn 654 about my Lisbon trip, note token654 for later.";
+    let hits = m.retrieve("ann", q, 3).unwrap();
+    assert!(hits[0].item.text.contains("token654 "), "{:?}", hits[0].item.text);
+    drop(m);
+    let idx = dentate_core::AnyIndex::load(&dir.path().join("ann.hema.dnt")).unwrap();
+    assert!(matches!(idx, dentate_core::AnyIndex::IvfPq(_)));
 }

@@ -88,11 +88,12 @@ impl JsonClient {
             if let Some(k) = key {
                 req = req.header("Authorization", &format!("Bearer {k}"));
             }
-            let retry_after = match req.send_json(body) {
+            // Ok(Some(wait)) or Ok(None): retry (after `wait`, or the
+            // backoff); Err(reason): a transport failure, retried too.
+            let outcome: Result<Option<Duration>, String> = match req.send_json(body) {
                 Ok(mut resp) => {
                     let status = resp.status().as_u16();
-                    let text = resp.body_mut().read_to_string();
-                    match text {
+                    match resp.body_mut().read_to_string() {
                         Ok(text) if (200..300).contains(&status) => return Ok(text),
                         Ok(text) => {
                             let retryable = status == 429 || status >= 500;
@@ -103,34 +104,29 @@ impl JsonClient {
                                     attempts: attempt,
                                 });
                             }
-                            resp.headers()
+                            Ok(resp
+                                .headers()
                                 .get("retry-after")
                                 .and_then(|v| v.to_str().ok())
                                 .and_then(|v| v.trim().parse::<f64>().ok())
                                 .filter(|s| s.is_finite() && *s >= 0.0)
-                                .map(|s| Duration::from_secs_f64(s.min(60.0)))
+                                .map(|s| Duration::from_secs_f64(s.min(60.0))))
                         }
                         // The body could not be read (timeout mid-body, reset).
-                        Err(err) => {
-                            if attempt > self.policy.max_retries {
-                                return Err(HttpFailure::Transport {
-                                    attempts: attempt,
-                                    reason: err.to_string(),
-                                });
-                            }
-                            None
-                        }
+                        Err(err) => Err(err.to_string()),
                     }
                 }
-                Err(err) => {
-                    if attempt > self.policy.max_retries {
-                        return Err(HttpFailure::Transport {
-                            attempts: attempt,
-                            reason: err.to_string(),
-                        });
-                    }
-                    None
+                Err(err) => Err(err.to_string()),
+            };
+            let retry_after = match outcome {
+                Ok(wait) => wait,
+                Err(reason) if attempt > self.policy.max_retries => {
+                    return Err(HttpFailure::Transport {
+                        attempts: attempt,
+                        reason,
+                    });
                 }
+                Err(_) => None,
             };
             let backoff = self
                 .policy

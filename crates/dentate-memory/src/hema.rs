@@ -15,13 +15,13 @@
 
 use crate::error::{MemoryError, Result};
 use crate::pipeline::{
-    Composed, Env, IngestReport, Pipeline, Retrieved, check_embedder, embed_batch, embed_query, message_text,
-    open_vectors, render_item, resolve,
+    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, embed_query, message_text,
+    render_item, resolve,
 };
 use crate::store::{Message, NewItem, Step};
 use crate::summarize::{WordStats, extractive, llm_merge, llm_update};
 use crate::tokens;
-use crate::vecmem::{VectorMemory, VectorMemoryConfig};
+use crate::vecmem::VectorMemoryConfig;
 use dentate_core::SalienceParams;
 
 /// HEMA settings (defaults from the paper where it gives them).
@@ -69,10 +69,10 @@ impl Default for HemaConfig {
 }
 
 /// The HEMA pipeline.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Hema {
     cfg: HemaConfig,
-    vectors: Option<VectorMemory>,
+    vectors: Vectors,
 }
 
 /// Pipeline state kept in the store between steps.
@@ -86,21 +86,15 @@ struct State {
 impl Hema {
     /// HEMA with `cfg`.
     pub fn new(cfg: HemaConfig) -> Self {
-        Hema { cfg, vectors: None }
+        Hema {
+            vectors: Vectors::new("hema", cfg.vectors.clone()),
+            cfg,
+        }
     }
 
     /// The settings.
     pub fn config(&self) -> &HemaConfig {
         &self.cfg
-    }
-
-    fn vectors(&mut self, env: &Env<'_>) -> Result<&mut VectorMemory> {
-        if self.vectors.is_none() {
-            self.vectors = Some(open_vectors(env, "hema", self.cfg.vectors.clone())?);
-        }
-        self.vectors
-            .as_mut()
-            .ok_or_else(|| MemoryError::Invalid("vector memory unavailable".into()))
     }
 
     fn load_state(env: &Env<'_>) -> Result<State> {
@@ -130,7 +124,6 @@ impl Hema {
         step.state = Self::state_pairs(st, env.llm.is_none());
         step.turn = st.turn;
         let ids = env.store.commit(env.user, "hema", step)?;
-        let dim = env.embedder.dim();
         let mut rows = Vec::new();
         let mut row_ids = Vec::new();
         for (id, it) in ids.iter().zip(&step.add) {
@@ -139,16 +132,7 @@ impl Hema {
                 row_ids.push(*id);
             }
         }
-        let vm = self.vectors(env)?;
-        if !row_ids.is_empty() {
-            debug_assert_eq!(rows.len(), row_ids.len() * dim);
-            vm.add(&row_ids, st.turn, &rows)?;
-        }
-        vm.set_turn(st.turn);
-        if vm.needs_rebuild() {
-            let stored = env.store.vectors(env.user, "hema")?;
-            self.vectors(env)?.rebuild(stored)?;
-        }
+        self.vectors.add(env, &row_ids, st.turn, &rows)?;
         let n = step.add.len();
         *step = Step::default();
         Ok(n)
@@ -238,7 +222,7 @@ impl Pipeline for Hema {
                 if forget {
                     let fraction = self.cfg.forget_fraction;
                     let params = self.cfg.salience;
-                    let gone = self.vectors(env)?.prune(fraction, &params)?;
+                    let gone = self.vectors.get(env)?.prune(fraction, &params)?;
                     if !gone.is_empty() {
                         let del = Step {
                             delete: gone.clone(),
@@ -252,7 +236,7 @@ impl Pipeline for Hema {
             }
             progress((g * 32 + batch.len()).min(msgs.len()), msgs.len());
         }
-        let vm = self.vectors(env)?;
+        let vm = self.vectors.get(env)?;
         report.live = vm.len();
         if report.messages > 0 {
             vm.save()?;
@@ -267,7 +251,7 @@ impl Pipeline for Hema {
             .state(env.user, "hema", "turn")?
             .and_then(|t| t.parse().ok())
             .unwrap_or(0);
-        let vm = self.vectors(env)?;
+        let vm = self.vectors.get(env)?;
         let hits = vm.search(&q, k)?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         vm.record_retrieval(&ids, turn);
@@ -339,19 +323,14 @@ impl Pipeline for Hema {
     }
 
     fn drop_item(&mut self, id: i64) {
-        if let Some(vm) = self.vectors.as_mut() {
-            vm.remove(&[id]);
-        }
+        self.vectors.drop_item(id);
     }
 
     fn memory_bytes(&self) -> usize {
-        self.vectors.as_ref().map_or(0, VectorMemory::memory_bytes)
+        self.vectors.memory_bytes()
     }
 
     fn save(&self) -> Result<()> {
-        match &self.vectors {
-            Some(vm) => vm.save(),
-            None => Ok(()),
-        }
+        self.vectors.save()
     }
 }

@@ -101,11 +101,68 @@ pub(crate) fn check_embedder(env: &mut Env<'_>, pipeline: &str) -> Result<()> {
     }
 }
 
-/// Opens the vector memory of `pipeline` for the user in `env`.
-pub(crate) fn open_vectors(env: &Env<'_>, pipeline: &str, cfg: VectorMemoryConfig) -> Result<VectorMemory> {
-    let path = env.store.dir().join(format!("{}.{pipeline}.dnt", env.user));
-    let stored = env.store.vectors(env.user, pipeline)?;
-    VectorMemory::open(&path, env.embedder.dim(), cfg, stored)
+/// The vector memory of one pipeline for one user, opened on first use.
+#[derive(Debug)]
+pub(crate) struct Vectors {
+    pipeline: &'static str,
+    cfg: VectorMemoryConfig,
+    vm: Option<VectorMemory>,
+}
+
+impl Vectors {
+    /// Not opened yet.
+    pub(crate) fn new(pipeline: &'static str, cfg: VectorMemoryConfig) -> Self {
+        Vectors {
+            pipeline,
+            cfg,
+            vm: None,
+        }
+    }
+
+    /// The vector memory, opened (or rebuilt from the store) on first use.
+    pub(crate) fn get(&mut self, env: &Env<'_>) -> Result<&mut VectorMemory> {
+        match &mut self.vm {
+            Some(vm) => Ok(vm),
+            slot => {
+                let path = env.store.dir().join(format!("{}.{}.dnt", env.user, self.pipeline));
+                let stored = env.store.vectors(env.user, self.pipeline)?;
+                let vm = VectorMemory::open(&path, env.embedder.dim(), self.cfg.clone(), stored)?;
+                Ok(slot.insert(vm))
+            }
+        }
+    }
+
+    /// Adds vectors made at `turn`, then rebuilds the index from the store
+    /// when it has outgrown its kind.
+    pub(crate) fn add(&mut self, env: &Env<'_>, ids: &[i64], turn: i64, vectors: &[f32]) -> Result<()> {
+        let pipeline = self.pipeline;
+        let vm = self.get(env)?;
+        if !ids.is_empty() {
+            vm.add(ids, turn, vectors)?;
+        }
+        vm.set_turn(turn);
+        if vm.needs_rebuild() {
+            vm.rebuild(env.store.vectors(env.user, pipeline)?)?;
+        }
+        Ok(())
+    }
+
+    /// Removes an item from the index, if it is open.
+    pub(crate) fn drop_item(&mut self, id: i64) {
+        if let Some(vm) = self.vm.as_mut() {
+            vm.remove(&[id]);
+        }
+    }
+
+    /// Heap bytes of the index (0 before it is opened).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.vm.as_ref().map_or(0, VectorMemory::memory_bytes)
+    }
+
+    /// Writes the index file, if it is open.
+    pub(crate) fn save(&self) -> Result<()> {
+        self.vm.as_ref().map_or(Ok(()), VectorMemory::save)
+    }
 }
 
 /// The embedding of one query.

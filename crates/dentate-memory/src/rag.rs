@@ -3,37 +3,28 @@
 
 use crate::error::Result;
 use crate::pipeline::{
-    Composed, Env, IngestReport, Pipeline, Retrieved, check_embedder, embed_batch, embed_query, message_text,
-    open_vectors, render_item, resolve,
+    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, embed_query, message_text,
+    render_item, resolve,
 };
 use crate::store::{NewItem, Step};
 use crate::tokens;
-use crate::vecmem::{VectorMemory, VectorMemoryConfig};
+use crate::vecmem::VectorMemoryConfig;
 
 /// Messages embedded and committed per step.
 const BATCH: usize = 64;
 
 /// The turn-level RAG baseline.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Rag {
-    vectors: Option<VectorMemory>,
-    cfg: VectorMemoryConfig,
+    vectors: Vectors,
 }
 
 impl Rag {
     /// A RAG pipeline with the given vector-memory settings.
     pub fn new(cfg: VectorMemoryConfig) -> Self {
-        Rag { vectors: None, cfg }
-    }
-
-    fn vectors(&mut self, env: &Env<'_>) -> Result<&mut VectorMemory> {
-        if self.vectors.is_none() {
-            self.vectors = Some(open_vectors(env, "rag", self.cfg.clone())?);
+        Rag {
+            vectors: Vectors::new("rag", cfg),
         }
-        // Just set above when it was absent.
-        self.vectors
-            .as_mut()
-            .ok_or_else(|| crate::MemoryError::Invalid("vector memory unavailable".into()))
     }
 }
 
@@ -71,17 +62,12 @@ impl Pipeline for Rag {
                 ..Default::default()
             };
             let ids = env.store.commit(env.user, "rag", &step)?;
-            let vm = self.vectors(env)?;
-            vm.add(&ids, turn, &vecs)?;
-            if vm.needs_rebuild() {
-                let stored = env.store.vectors(env.user, "rag")?;
-                self.vectors(env)?.rebuild(stored)?;
-            }
+            self.vectors.add(env, &ids, turn, &vecs)?;
             report.messages += batch.len();
             report.items += ids.len();
             progress((b * BATCH + batch.len()).min(msgs.len()), msgs.len());
         }
-        let vm = self.vectors(env)?;
+        let vm = self.vectors.get(env)?;
         report.live = vm.len();
         if report.messages > 0 {
             vm.save()?;
@@ -91,7 +77,7 @@ impl Pipeline for Rag {
 
     fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>> {
         let q = embed_query(env, query)?;
-        let hits = self.vectors(env)?.search(&q, k)?;
+        let hits = self.vectors.get(env)?.search(&q, k)?;
         resolve(env, &hits)
     }
 
@@ -122,19 +108,14 @@ impl Pipeline for Rag {
     }
 
     fn drop_item(&mut self, id: i64) {
-        if let Some(vm) = self.vectors.as_mut() {
-            vm.remove(&[id]);
-        }
+        self.vectors.drop_item(id);
     }
 
     fn memory_bytes(&self) -> usize {
-        self.vectors.as_ref().map_or(0, VectorMemory::memory_bytes)
+        self.vectors.memory_bytes()
     }
 
     fn save(&self) -> Result<()> {
-        match &self.vectors {
-            Some(vm) => vm.save(),
-            None => Ok(()),
-        }
+        self.vectors.save()
     }
 }

@@ -4,7 +4,9 @@
 use crate::embedcmd::{EmbedderArgs, make_embedder};
 use clap::{Args, Subcommand};
 use dentate_memory::eval::{self, EvalOptions};
-use dentate_memory::{ChatConfig, Llm, Memory, NewMessage, OpenAiChat, PipelineKind, Retrieved, input, locomo};
+use dentate_memory::{
+    ChatConfig, Llm, Memory, NewMessage, OpenAiChat, PipelineKind, Retrieved, Retriever, input, locomo,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,6 +54,9 @@ pub struct MemoryArgs {
     /// Pipeline: hema or rag.
     #[arg(long, default_value = "hema")]
     pub pipeline: String,
+    /// Retriever: hybrid (dense + BM25, fused), dense, bm25, rrf[:C] or weighted:W.
+    #[arg(long, default_value = "hybrid")]
+    pub retriever: String,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
     #[command(flatten)]
@@ -66,7 +71,8 @@ impl MemoryArgs {
     fn open_with_llm(&self) -> Res<(Memory, Option<Arc<dyn Llm>>)> {
         let e: Arc<dyn dentate_embed::Embedder> = Arc::from(make_embedder(&self.embedder)?);
         let llm = self.llm.build()?;
-        let mem = Memory::open(&self.dir, PipelineKind::parse(&self.pipeline)?, e, llm.clone())?;
+        let mut mem = Memory::open(&self.dir, PipelineKind::parse(&self.pipeline)?, e, llm.clone())?;
+        mem.set_retriever(Retriever::parse(&self.retriever)?);
         Ok((mem, llm))
     }
 }
@@ -208,7 +214,11 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
                 return Err(format!("no messages stored for user `{}` in {}", m.user, m.dir.display()).into());
             }
             let hits = mem.retrieve(&m.user, &question, k)?;
-            println!("retrieved ({} pipeline):", mem.pipeline_name());
+            println!(
+                "retrieved ({} pipeline, {} retriever):",
+                mem.pipeline_name(),
+                mem.retriever().name()
+            );
             for h in &hits {
                 print_hit(h);
             }
@@ -252,6 +262,10 @@ pub struct LocomoArgs {
     /// Retrieval depths.
     #[arg(long, default_value = "5,10,20")]
     pub k: String,
+    /// Retrievers to compare, comma-separated: dense, bm25, hybrid,
+    /// rrf[:C], weighted:W.
+    #[arg(long, default_value = "dense")]
+    pub retriever: String,
     /// Print JSON instead of Markdown.
     #[arg(long)]
     pub json: bool,
@@ -278,14 +292,11 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
     let ks = crate::commands::parse_list(&a.k, "k")?;
     let embedder: Arc<dyn dentate_embed::Embedder> = Arc::from(make_embedder(&a.embedder)?);
     let llm = a.llm.build()?;
-    let opts = EvalOptions {
-        pipeline: PipelineKind::parse(&a.pipeline)?,
-        ks,
-        embedder: embedder.clone(),
-        pipeline_llm: llm.clone().filter(|_| a.llm_pipeline),
-        judge_llm: llm.clone(),
-        budget: a.budget,
-    };
+    let retrievers = a
+        .retriever
+        .split(',')
+        .map(|r| Retriever::parse(r.trim()))
+        .collect::<Result<Vec<_>, _>>()?;
     let tmp;
     let workdir = match &a.workdir {
         Some(d) => d.clone(),
@@ -294,21 +305,47 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
             tmp.0.clone()
         }
     };
-    let out = eval::run(&ds, &opts, &workdir, &mut |m| eprintln!("{m}"))?;
+    let mut all = Vec::new();
+    for r in retrievers {
+        let opts = EvalOptions {
+            pipeline: PipelineKind::parse(&a.pipeline)?,
+            ks: ks.clone(),
+            embedder: embedder.clone(),
+            pipeline_llm: llm.clone().filter(|_| a.llm_pipeline),
+            judge_llm: llm.clone(),
+            budget: a.budget,
+            retriever: r,
+        };
+        let out = eval::run(&ds, &opts, &workdir, &mut |m| eprintln!("{m}"))?;
+        if a.json {
+            let mut v = out.to_json();
+            v["pipeline"] = a.pipeline.clone().into();
+            v["retriever"] = r.name().into();
+            v["embedder"] = embedder.name().into();
+            if let Some(l) = &llm {
+                v["llm_stats"] = l.stats().report().into();
+            }
+            all.push(v);
+        } else {
+            println!(
+                "pipeline {} · retriever {} · embedder {}\n",
+                a.pipeline,
+                r.name(),
+                embedder.name()
+            );
+            println!("{}", out.to_markdown());
+        }
+    }
     if a.json {
-        let mut v = out.to_json();
-        v["pipeline"] = a.pipeline.clone().into();
-        v["embedder"] = embedder.name().into();
-        if let Some(l) = &llm {
-            v["llm_stats"] = l.stats().report().into();
-        }
+        // One object for one retriever (stable for scripts), an array for several.
+        let v = if all.len() == 1 {
+            all.remove(0)
+        } else {
+            serde_json::Value::Array(all)
+        };
         println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        println!("pipeline {} · embedder {}\n", a.pipeline, embedder.name());
-        println!("{}", out.to_markdown());
-        if let Some(l) = &llm {
-            println!("model: {}", l.stats().report());
-        }
+    } else if let Some(l) = &llm {
+        println!("model: {}", l.stats().report());
     }
     Ok(())
 }

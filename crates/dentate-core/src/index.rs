@@ -81,6 +81,10 @@ impl AnyIndex {
         match peek_kind(bytes)? {
             IndexKind::Flat => Ok(AnyIndex::Flat(FlatIndex::from_bytes(bytes)?)),
             IndexKind::IvfPq => Ok(AnyIndex::IvfPq(IvfPqIndex::from_bytes(bytes)?)),
+            IndexKind::Lexical => Err(Error::WrongKind {
+                found: "lexical".into(),
+                expected: "a vector index".into(),
+            }),
         }
     }
 

@@ -37,6 +37,8 @@ pub enum IndexKind {
     Flat,
     /// [`crate::IvfPqIndex`].
     IvfPq,
+    /// [`crate::LexicalIndex`] (BM25).
+    Lexical,
 }
 
 impl IndexKind {
@@ -44,12 +46,14 @@ impl IndexKind {
         match self {
             IndexKind::Flat => 1,
             IndexKind::IvfPq => 2,
+            IndexKind::Lexical => 3,
         }
     }
     fn from_code(c: u32) -> Result<Self> {
         match c {
             1 => Ok(IndexKind::Flat),
             2 => Ok(IndexKind::IvfPq),
+            3 => Ok(IndexKind::Lexical),
             _ => Err(Error::Corrupt(format!("unknown index kind {c}"))),
         }
     }
@@ -58,6 +62,7 @@ impl IndexKind {
         match self {
             IndexKind::Flat => "flat",
             IndexKind::IvfPq => "ivfpq",
+            IndexKind::Lexical => "lexical",
         }
     }
 }

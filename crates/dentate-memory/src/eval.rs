@@ -10,7 +10,7 @@ use crate::error::{MemoryError, Result};
 use crate::llm::{ChatMessage, Llm, ask_json};
 use crate::locomo::{self, Conversation, Dataset, EvalReport, QuestionResult, category_name};
 use crate::memory::{Memory, PipelineKind};
-use crate::pipeline::render_item;
+use crate::pipeline::{Retriever, render_item};
 use crate::store::NewMessage;
 use crate::tokens;
 use dentate_embed::Embedder;
@@ -39,6 +39,8 @@ pub struct EvalOptions {
     pub judge_llm: Option<Arc<dyn Llm>>,
     /// Prompt budget for answer generation.
     pub budget: usize,
+    /// How items are found.
+    pub retriever: Retriever,
 }
 
 /// Judge results of one category.
@@ -213,6 +215,7 @@ pub fn run(
             opts.embedder.clone(),
             opts.pipeline_llm.clone(),
         )?;
+        mem.set_retriever(opts.retriever);
         let user = "eval";
         let msgs = conversation_messages(conv);
         let t0 = Instant::now();

@@ -15,8 +15,8 @@
 
 use crate::error::{MemoryError, Result};
 use crate::pipeline::{
-    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, embed_query, message_text,
-    render_item, resolve,
+    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text, render_item,
+    resolve,
 };
 use crate::store::{Message, NewItem, Step};
 use crate::summarize::{WordStats, extractive, llm_merge, llm_update};
@@ -126,13 +126,15 @@ impl Hema {
         let ids = env.store.commit(env.user, "hema", step)?;
         let mut rows = Vec::new();
         let mut row_ids = Vec::new();
+        let mut texts = Vec::new();
         for (id, it) in ids.iter().zip(&step.add) {
             if let Some(v) = &it.vector {
                 rows.extend_from_slice(v);
                 row_ids.push(*id);
+                texts.push(it.text.as_str());
             }
         }
-        self.vectors.add(env, &row_ids, st.turn, &rows)?;
+        self.vectors.add(env, &row_ids, st.turn, &rows, &texts)?;
         let n = step.add.len();
         *step = Step::default();
         Ok(n)
@@ -222,7 +224,7 @@ impl Pipeline for Hema {
                 if forget {
                     let fraction = self.cfg.forget_fraction;
                     let params = self.cfg.salience;
-                    let gone = self.vectors.get(env)?.prune(fraction, &params)?;
+                    let gone = self.vectors.prune(env, fraction, &params)?;
                     if !gone.is_empty() {
                         let del = Step {
                             delete: gone.clone(),
@@ -236,25 +238,22 @@ impl Pipeline for Hema {
             }
             progress((g * 32 + batch.len()).min(msgs.len()), msgs.len());
         }
-        let vm = self.vectors.get(env)?;
-        report.live = vm.len();
+        report.live = self.vectors.get(env)?.len();
         if report.messages > 0 {
-            vm.save()?;
+            self.vectors.save(env)?;
         }
         Ok(report)
     }
 
     fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>> {
-        let q = embed_query(env, query)?;
         let turn = env
             .store
             .state(env.user, "hema", "turn")?
             .and_then(|t| t.parse().ok())
             .unwrap_or(0);
-        let vm = self.vectors.get(env)?;
-        let hits = vm.search(&q, k)?;
+        let hits = self.vectors.search(env, query, k)?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
-        vm.record_retrieval(&ids, turn);
+        self.vectors.get(env)?.record_retrieval(&ids, turn);
         resolve(env, &hits)
     }
 
@@ -323,14 +322,14 @@ impl Pipeline for Hema {
     }
 
     fn drop_item(&mut self, id: i64) {
-        self.vectors.drop_item(id);
+        self.vectors.drop_items(&[id]);
     }
 
     fn memory_bytes(&self) -> usize {
         self.vectors.memory_bytes()
     }
 
-    fn save(&self) -> Result<()> {
-        self.vectors.save()
+    fn save(&self, env: &Env<'_>) -> Result<()> {
+        self.vectors.save(env)
     }
 }

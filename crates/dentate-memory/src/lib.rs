@@ -34,7 +34,7 @@ pub use error::{MemoryError, Result};
 pub use hema::{Hema, HemaConfig};
 pub use llm::{ChatConfig, ChatMessage, Llm, LlmError, LlmStats, OpenAiChat, ask_json};
 pub use memory::{Memory, PipelineKind};
-pub use pipeline::{Composed, Env, IngestReport, Pipeline, Retrieved};
+pub use pipeline::{Composed, DEFAULT_FUSION, Env, IngestReport, Pipeline, Retrieved, Retriever};
 pub use rag::Rag;
 pub use store::{Item, Message, NewItem, NewMessage, Store};
 pub use vecmem::{VectorMemory, VectorMemoryConfig};

@@ -3,7 +3,7 @@
 use crate::error::{MemoryError, Result};
 use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
-use crate::pipeline::{Composed, Env, IngestReport, Pipeline, Retrieved};
+use crate::pipeline::{Composed, Env, IngestReport, Pipeline, Retrieved, Retriever};
 use crate::rag::Rag;
 use crate::store::{NewMessage, Store, check_user};
 use crate::vecmem::VectorMemoryConfig;
@@ -52,6 +52,7 @@ pub struct Memory {
     embedder: Arc<dyn Embedder>,
     llm: Option<Arc<dyn Llm>>,
     kind: PipelineKind,
+    retriever: Retriever,
     pipelines: HashMap<String, Box<dyn Pipeline>>,
 }
 
@@ -79,8 +80,19 @@ impl Memory {
             embedder,
             llm,
             kind,
+            retriever: Retriever::default(),
             pipelines: HashMap::new(),
         })
+    }
+
+    /// Chooses how items are found (default: hybrid, dense + BM25 fused).
+    pub fn set_retriever(&mut self, retriever: Retriever) {
+        self.retriever = retriever;
+    }
+
+    /// The retriever in use.
+    pub fn retriever(&self) -> Retriever {
+        self.retriever
     }
 
     /// The store.
@@ -107,6 +119,7 @@ impl Memory {
             embedder: self.embedder.as_ref(),
             llm: self.llm.as_deref(),
             user,
+            retriever: self.retriever,
         };
         f(p.as_mut(), &mut env)
     }
@@ -152,9 +165,9 @@ impl Memory {
                 id,
             });
         }
-        self.with(user, |p, _| {
+        self.with(user, |p, env| {
             p.drop_item(id);
-            p.save()
+            p.save(env)
         })
     }
 
@@ -171,12 +184,14 @@ impl Memory {
                 id,
             });
         }
-        // The index file no longer matches the store: drop the loaded index
-        // so it is rebuilt from the store's vectors.
+        // The index files no longer match the store: remove them so they
+        // are rebuilt from the store's vectors and texts.
         let name = self.pipeline_name();
-        let path = self.store.dir().join(format!("{user}.{name}.dnt"));
-        if path.exists() {
-            std::fs::remove_file(&path)?;
+        for ext in ["dnt", "lex"] {
+            let path = self.store.dir().join(format!("{user}.{name}.{ext}"));
+            if path.exists() {
+                std::fs::remove_file(&path)?;
+            }
         }
         self.pipelines.remove(user);
         Ok(())

@@ -3,8 +3,8 @@
 
 use crate::error::Result;
 use crate::pipeline::{
-    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, embed_query, message_text,
-    render_item, resolve,
+    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text, render_item,
+    resolve,
 };
 use crate::store::{NewItem, Step};
 use crate::tokens;
@@ -62,22 +62,21 @@ impl Pipeline for Rag {
                 ..Default::default()
             };
             let ids = env.store.commit(env.user, "rag", &step)?;
-            self.vectors.add(env, &ids, turn, &vecs)?;
+            let texts: Vec<&str> = step.add.iter().map(|it| it.text.as_str()).collect();
+            self.vectors.add(env, &ids, turn, &vecs, &texts)?;
             report.messages += batch.len();
             report.items += ids.len();
             progress((b * BATCH + batch.len()).min(msgs.len()), msgs.len());
         }
-        let vm = self.vectors.get(env)?;
-        report.live = vm.len();
+        report.live = self.vectors.get(env)?.len();
         if report.messages > 0 {
-            vm.save()?;
+            self.vectors.save(env)?;
         }
         Ok(report)
     }
 
     fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>> {
-        let q = embed_query(env, query)?;
-        let hits = self.vectors.get(env)?.search(&q, k)?;
+        let hits = self.vectors.search(env, query, k)?;
         resolve(env, &hits)
     }
 
@@ -108,14 +107,14 @@ impl Pipeline for Rag {
     }
 
     fn drop_item(&mut self, id: i64) {
-        self.vectors.drop_item(id);
+        self.vectors.drop_items(&[id]);
     }
 
     fn memory_bytes(&self) -> usize {
         self.vectors.memory_bytes()
     }
 
-    fn save(&self) -> Result<()> {
-        self.vectors.save()
+    fn save(&self, env: &Env<'_>) -> Result<()> {
+        self.vectors.save(env)
     }
 }

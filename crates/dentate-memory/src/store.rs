@@ -443,6 +443,17 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// `(id, text)` of every live searchable item of `user` and `pipeline`,
+    /// in id order (to rebuild the BM25 index).
+    pub fn texts(&self, user: &str, pipeline: &str) -> Result<Vec<(i64, String)>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT id, text FROM items
+             WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND vector IS NOT NULL ORDER BY id",
+        )?;
+        let rows = st.query_map(params![user, pipeline], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Marks a live item of `user` deleted; returns whether it existed.
     pub fn delete_item(&mut self, user: &str, id: i64) -> Result<bool> {
         let n = self.conn.execute(

@@ -46,6 +46,7 @@ fn opts(kind: &str) -> EvalOptions {
         pipeline_llm: None,
         judge_llm: None,
         budget: 3500,
+        retriever: dentate_memory::Retriever::Dense,
     }
 }
 

@@ -350,3 +350,49 @@ fn hema_switches_to_ivf_pq_too() {
     let idx = dentate_core::AnyIndex::load(&dir.path().join("ann.hema.dnt")).unwrap();
     assert!(matches!(idx, dentate_core::AnyIndex::IvfPq(_)));
 }
+
+#[test]
+fn retrievers_dense_bm25_hybrid() {
+    use dentate_memory::Retriever;
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    assert!(matches!(m.retriever(), Retriever::Hybrid(_)), "hybrid by default");
+    m.ingest("ann", &conversation()).unwrap();
+    for r in ["dense", "bm25", "hybrid", "rrf:10", "weighted:0.3"] {
+        m.set_retriever(Retriever::parse(r).unwrap());
+        let hits = m.retrieve("ann", "Which city is Clara moving to?", 2).unwrap();
+        assert_eq!(hits[0].source_refs, vec!["D1:3"], "{r}");
+        assert!(hits.windows(2).all(|w| w[0].score >= w[1].score), "{r}");
+    }
+    for bad in ["sparse", "weighted", "weighted:2", "rrf:x", "bm25:1"] {
+        assert!(Retriever::parse(bad).is_err(), "{bad}");
+    }
+    // BM25 finds a rare word; a forgotten item is gone from it too.
+    m.set_retriever(Retriever::Bm25);
+    let cello = m.retrieve("ann", "cello", 1).unwrap()[0].item.id;
+    m.forget("ann", cello).unwrap();
+    assert!(
+        m.retrieve("ann", "cello", 5)
+            .unwrap()
+            .iter()
+            .all(|h| h.item.id != cello)
+    );
+    drop(m);
+    // The BM25 file is a cache too: corrupt it and it is rebuilt from the store.
+    let lex = dir.path().join("ann.rag.lex");
+    assert!(lex.exists());
+    std::fs::write(&lex, b"junk").unwrap();
+    let mut m = open(dir.path(), "rag");
+    m.set_retriever(Retriever::Bm25);
+    assert_eq!(
+        m.retrieve("ann", "bicycle grandfather", 1).unwrap()[0].source_refs,
+        vec!["D2:1"]
+    );
+    assert!(
+        m.retrieve("ann", "cello", 5)
+            .unwrap()
+            .iter()
+            .all(|h| h.item.id != cello)
+    );
+    assert!(matches!(m.retrieve("ann", "  ", 3), Err(MemoryError::Invalid(_))));
+}

@@ -483,7 +483,7 @@ pub fn quickstart_memory() -> Res<()> {
     let t0 = std::time::Instant::now();
     let r = mem.ingest("demo", &msgs)?;
     println!(
-        "\nMemory: HEMA over a built-in {}-turn conversation (hashing embedder, extractive summaries, offline): \
+        "\nMemory: HEMA over a built-in {}-turn conversation (hashing embedder, hybrid dense + BM25 retrieval, extractive summaries, offline): \
          {} items in {:.0} ms",
         msgs.len(),
         r.items,

@@ -15,6 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
+use crate::rows::keep_mapped;
 use crate::topk::{Cand, Hit, TopK};
 use crate::vector::Bitset;
 use rust_stemmers::{Algorithm, Stemmer};
@@ -418,20 +419,8 @@ impl LexicalIndex {
                 p.0 = map[p.0 as usize];
             }
         }
-        self.doc_len = self
-            .doc_len
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| map[*r] != u32::MAX)
-            .map(|(_, &x)| x)
-            .collect();
-        self.ids = self
-            .ids
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| map[*r] != u32::MAX)
-            .map(|(_, &id)| id)
-            .collect();
+        self.doc_len = keep_mapped(&self.doc_len, &map);
+        self.ids = keep_mapped(&self.ids, &map);
         self.alive = Bitset::new();
         for _ in 0..self.ids.len() {
             self.alive.push(true);

@@ -12,6 +12,16 @@ use crate::salience::{SalienceLog, SalienceParams};
 use crate::vector::Bitset;
 use std::collections::HashMap;
 
+/// The entries of `v` whose row survives a compaction (`map[row] !=
+/// u32::MAX`), in order.
+pub(crate) fn keep_mapped<T: Copy>(v: &[T], map: &[u32]) -> Vec<T> {
+    v.iter()
+        .zip(map)
+        .filter(|(_, m)| **m != u32::MAX)
+        .map(|(x, _)| *x)
+        .collect()
+}
+
 /// Ids, tombstones and salience of an index's rows.
 #[derive(Debug, Clone)]
 pub(crate) struct RowTable {
@@ -125,13 +135,7 @@ impl RowTable {
         }
         let alive = self.alive.clone();
         self.salience.retain_rows(|r| alive.get(r));
-        self.ids = self
-            .ids
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| alive.get(*r))
-            .map(|(_, &id)| id)
-            .collect();
+        self.ids = keep_mapped(&self.ids, &map);
         self.alive = Bitset::new();
         for _ in 0..self.ids.len() {
             self.alive.push(true);

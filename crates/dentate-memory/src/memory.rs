@@ -184,17 +184,19 @@ impl Memory {
                 id,
             });
         }
-        // The index files no longer match the store: remove them so they
-        // are rebuilt from the store's vectors and texts.
-        let name = self.pipeline_name();
-        for ext in ["dnt", "lex"] {
-            let path = self.store.dir().join(format!("{user}.{name}.{ext}"));
-            if path.exists() {
-                std::fs::remove_file(&path)?;
-            }
-        }
-        self.pipelines.remove(user);
-        Ok(())
+        let turn = self
+            .store
+            .item(id)?
+            .ok_or_else(|| MemoryError::NotFound {
+                user: user.to_string(),
+                id,
+            })?
+            .turn;
+        // Update both indexes in place (no rebuild, no retraining).
+        self.with(user, |p, env| {
+            p.replace_item(env, id, turn, &v, text)?;
+            p.save(env)
+        })
     }
 
     /// Heap bytes of the user's index (0 before it is loaded).

@@ -140,6 +140,8 @@ pub trait Pipeline: Send {
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed>;
     /// Removes a forgotten or deleted item from the pipeline's indexes.
     fn drop_item(&mut self, id: i64);
+    /// Replaces a corrected item (made at `turn`) in the pipeline's indexes.
+    fn replace_item(&mut self, env: &Env<'_>, id: i64, turn: i64, vector: &[f32], text: &str) -> Result<()>;
     /// Heap bytes of the pipeline's index.
     fn memory_bytes(&self) -> usize;
     /// Writes the pipeline's index files.
@@ -281,6 +283,18 @@ impl Vectors {
         if vm.needs_rebuild() {
             vm.rebuild(env.store.vectors(env.user, pipeline)?)?;
         }
+        Ok(())
+    }
+
+    /// Replaces one item's vector and text in both indexes, keeping the
+    /// turn it was made at (its salience age) and the index clock.
+    pub(crate) fn replace(&mut self, env: &Env<'_>, id: i64, turn: i64, vector: &[f32], text: &str) -> Result<()> {
+        let lex_id = u64::try_from(id).map_err(|_| MemoryError::Invalid(format!("item id {id} is negative")))?;
+        self.lexical(env)?.add(&[lex_id], &[text])?;
+        let vm = self.get(env)?;
+        let now = vm.turn();
+        vm.add(&[id], turn, vector)?;
+        vm.set_turn(now);
         Ok(())
     }
 

@@ -110,6 +110,10 @@ impl Pipeline for Rag {
         self.vectors.drop_items(&[id]);
     }
 
+    fn replace_item(&mut self, env: &Env<'_>, id: i64, turn: i64, vector: &[f32], text: &str) -> Result<()> {
+        self.vectors.replace(env, id, turn, vector, text)
+    }
+
     fn memory_bytes(&self) -> usize {
         self.vectors.memory_bytes()
     }

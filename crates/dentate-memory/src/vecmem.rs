@@ -217,6 +217,11 @@ impl VectorMemory {
         self.index.as_index().record_retrieval(&ids, turn.max(0) as u64);
     }
 
+    /// The salience clock.
+    pub fn turn(&self) -> i64 {
+        i64::try_from(self.index.as_index().turn()).unwrap_or(i64::MAX)
+    }
+
     /// Sets the salience clock.
     pub fn set_turn(&mut self, turn: i64) {
         self.index.as_index_mut().set_turn(turn.max(0) as u64);

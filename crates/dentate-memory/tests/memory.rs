@@ -96,6 +96,25 @@ fn forget_and_correct_by_id() {
     assert_eq!(hit.item.id, soup.item.id, "same id");
     assert_eq!(hit.source_refs, vec!["D2:3"], "provenance kept");
     assert!(hit.item.text.contains("risotto"));
+    // Both indexes were updated in place and saved: the old words are gone,
+    // also after reopening from the saved files.
+    m.set_retriever(dentate_memory::Retriever::Bm25);
+    assert!(
+        m.retrieve("ann", "lentil soup", 6)
+            .unwrap()
+            .iter()
+            .all(|h| h.item.id != soup.item.id)
+    );
+    drop(m);
+    let mut m = open(dir.path(), "rag");
+    m.set_retriever(dentate_memory::Retriever::Bm25);
+    assert_eq!(m.retrieve("ann", "risotto", 1).unwrap()[0].item.id, soup.item.id);
+    assert!(
+        m.retrieve("ann", "lentil soup", 6)
+            .unwrap()
+            .iter()
+            .all(|h| h.item.id != soup.item.id)
+    );
 }
 
 #[test]

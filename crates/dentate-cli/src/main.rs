@@ -3,6 +3,7 @@
 mod bench;
 mod commands;
 mod embedcmd;
+mod evalplot;
 mod memcmd;
 mod rustdocs;
 

@@ -245,8 +245,10 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
 /// `dentate eval …`
 #[derive(Subcommand, Debug)]
 pub enum EvalCommand {
-    /// Evidence recall / full coverage per LoCoMo category (LLM-free), and
-    /// with --llm, answers judged by the model.
+    /// Evidence recall, full coverage and answer recall per LoCoMo
+    /// category, at numbers of items and at budgets of context tokens, for
+    /// every pipeline × retriever in one run (LLM-free); with --llm,
+    /// answers judged by the model too.
     Locomo(LocomoArgs),
 }
 
@@ -256,12 +258,18 @@ pub struct LocomoArgs {
     /// LoCoMo JSON file.
     #[arg(long)]
     pub data: PathBuf,
-    /// Pipeline: rag or hema.
+    /// Pipelines to compare, comma-separated: rag, hema.
     #[arg(long, default_value = "rag")]
     pub pipeline: String,
-    /// Retrieval depths.
-    #[arg(long, default_value = "5,10,20")]
-    pub k: String,
+    /// Cut the ranked items at these numbers of items, comma-separated
+    /// (default 5,10,20 when no --budget is given).
+    #[arg(long)]
+    pub k: Option<String>,
+    /// Cut them at these budgets of context tokens (o200k_base), packing
+    /// items in rank order as the pipeline's prompt renders them,
+    /// comma-separated, e.g. 500,1000,1500,2000,3500.
+    #[arg(long)]
+    pub budget: Option<String>,
     /// Retrievers to compare, comma-separated: dense, bm25, hybrid,
     /// rrf[:C], weighted:W.
     #[arg(long, default_value = "dense")]
@@ -269,13 +277,17 @@ pub struct LocomoArgs {
     /// Print JSON instead of Markdown.
     #[arg(long)]
     pub json: bool,
+    /// Also write eval.json, eval.md (tables for BENCHMARKS.md) and
+    /// eval.svg (recall against budget) into this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Working directory for the per-conversation memories (default: a
     /// temporary one, removed afterwards).
     #[arg(long)]
     pub workdir: Option<PathBuf>,
-    /// Prompt budget for generated answers.
+    /// Prompt budget for generated answers (with --llm).
     #[arg(long, default_value_t = 3500)]
-    pub budget: usize,
+    pub answer_budget: usize,
     /// Also use the model inside the pipeline (HEMA summaries), not only to
     /// answer and judge.
     #[arg(long)]
@@ -289,14 +301,26 @@ pub struct LocomoArgs {
 pub fn eval_cmd(c: EvalCommand) -> Res<()> {
     let EvalCommand::Locomo(a) = c;
     let ds = locomo::load(&a.data)?;
-    let ks = crate::commands::parse_list(&a.k, "k")?;
+    let budgets = match &a.budget {
+        Some(b) => crate::commands::parse_list(b, "budget")?,
+        None => Vec::new(),
+    };
+    let ks = match (&a.k, budgets.is_empty()) {
+        (Some(k), _) => crate::commands::parse_list(k, "k")?,
+        (None, true) => vec![5, 10, 20],
+        (None, false) => Vec::new(),
+    };
     let embedder: Arc<dyn dentate_embed::Embedder> = Arc::from(make_embedder(&a.embedder)?);
     let llm = a.llm.build()?;
-    let retrievers = a
-        .retriever
-        .split(',')
-        .map(|r| Retriever::parse(r.trim()))
+    let retrievers = names(&a.retriever)
+        .map(Retriever::parse)
         .collect::<Result<Vec<_>, _>>()?;
+    let pipelines = names(&a.pipeline)
+        .map(PipelineKind::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(out) = &a.out {
+        std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;
+    }
     let tmp;
     let workdir = match &a.workdir {
         Some(d) => d.clone(),
@@ -305,49 +329,48 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
             tmp.0.clone()
         }
     };
-    let mut all = Vec::new();
-    for r in retrievers {
-        let opts = EvalOptions {
-            pipeline: PipelineKind::parse(&a.pipeline)?,
-            ks: ks.clone(),
-            embedder: embedder.clone(),
-            pipeline_llm: llm.clone().filter(|_| a.llm_pipeline),
-            judge_llm: llm.clone(),
-            budget: a.budget,
-            retriever: r,
-        };
-        let out = eval::run(&ds, &opts, &workdir, &mut |m| eprintln!("{m}"))?;
-        if a.json {
-            let mut v = out.to_json();
-            v["pipeline"] = a.pipeline.clone().into();
-            v["retriever"] = r.name().into();
-            v["embedder"] = embedder.name().into();
-            if let Some(l) = &llm {
-                v["llm_stats"] = l.stats().report().into();
-            }
-            all.push(v);
-        } else {
-            println!(
-                "pipeline {} · retriever {} · embedder {}\n",
-                a.pipeline,
-                r.name(),
-                embedder.name()
-            );
-            println!("{}", out.to_markdown());
+    let opts = EvalOptions {
+        pipelines,
+        retrievers,
+        ks,
+        budgets,
+        embedder: embedder.clone(),
+        pipeline_llm: llm.clone().filter(|_| a.llm_pipeline),
+        judge_llm: llm.clone(),
+        answer_budget: a.answer_budget,
+    };
+    let out = eval::run(&ds, &opts, &workdir, &mut |m| eprintln!("{m}"))?;
+    let mut json = out.to_json();
+    json["data"] = a.data.display().to_string().into();
+    if let Some(l) = &llm {
+        json["llm_stats"] = l.stats().report().into();
+    }
+    let markdown = out.to_markdown();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        println!("{markdown}");
+        if let Some(l) = &llm {
+            println!("model: {}", l.stats().report());
         }
     }
-    if a.json {
-        // One object for one retriever (stable for scripts), an array for several.
-        let v = if all.len() == 1 {
-            all.remove(0)
-        } else {
-            serde_json::Value::Array(all)
+    if let Some(dir) = &a.out {
+        let write = |name: &str, text: &str| -> Res<()> {
+            let p = dir.join(name);
+            std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+            eprintln!("wrote {}", p.display());
+            Ok(())
         };
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else if let Some(l) = &llm {
-        println!("model: {}", l.stats().report());
+        write("eval.json", &(serde_json::to_string_pretty(&json)? + "\n"))?;
+        write("eval.md", &markdown)?;
+        write("eval.svg", &crate::evalplot::svg(&out)?)?;
     }
     Ok(())
+}
+
+/// The non-empty, trimmed names of a comma-separated list.
+fn names(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|x| !x.is_empty())
 }
 
 /// A directory under the system temp folder, removed on drop.

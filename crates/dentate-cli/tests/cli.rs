@@ -319,8 +319,51 @@ fn eval_locomo_prints_per_category_tables() {
                 .arg(&data),
         );
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        assert_eq!(v["questions"], 3);
-        assert_eq!(v["pipeline"], pipeline);
+        assert_eq!(v["dataset"]["questions"], 3);
+        assert_eq!(v["runs"][0]["pipeline"], pipeline);
+    }
+    // The one command: every pipeline × retriever at a budget,
+    // with the table, JSON and plot written to --out.
+    let out_dir = dir.path().join("out");
+    let table = run_ok(
+        dentate()
+            .args([
+                "eval",
+                "locomo",
+                "--pipeline",
+                "rag,hema",
+                "--retriever",
+                "dense,bm25,hybrid",
+                "--budget",
+                "1500",
+                "--out",
+            ])
+            .arg(&out_dir)
+            .arg("--data")
+            .arg(&data),
+    );
+    assert!(table.contains("| rag | bm25 | 1500 tokens |"), "{table}");
+    assert!(table.contains("| hema | weighted:0.3 | 1500 tokens |"), "{table}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(v["runs"].as_array().map(Vec::len), Some(6));
+    assert_eq!(v["runs"][0]["retrieval"]["cuts"][0]["value"], 1500);
+    let md = std::fs::read_to_string(out_dir.join("eval.md")).unwrap();
+    assert!(
+        md.starts_with("1 conversations") && md.contains("| pipeline | retriever | cut |"),
+        "{md}"
+    );
+    let svg = std::fs::read_to_string(out_dir.join("eval.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("answer recall") && svg.contains("hema · bm25"));
+    for bad in [["--budget", "0"], ["--pipeline", "nemo"]] {
+        let out = dentate()
+            .args(["eval", "locomo"])
+            .args(bad)
+            .arg("--data")
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
     }
     let out = dentate()
         .args(["eval", "locomo", "--data", "/nonexistent.json"])

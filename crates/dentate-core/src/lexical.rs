@@ -25,7 +25,7 @@ use unicode_segmentation::UnicodeSegmentation;
 
 /// English stop words (the list of the Snowball project's English stemmer,
 /// which pairs with the stemmer used here).
-const STOP_WORDS: &[&str] = &[
+pub const ENGLISH_STOP_WORDS: &[&str] = &[
     "i",
     "me",
     "my",
@@ -226,7 +226,7 @@ impl Analyzer {
     pub fn terms(&self, text: &str) -> Vec<String> {
         text.unicode_words()
             .map(|w| w.to_lowercase().replace('\u{2019}', "'"))
-            .filter(|w| !STOP_WORDS.contains(&w.as_str()))
+            .filter(|w| !ENGLISH_STOP_WORDS.contains(&w.as_str()))
             .map(|w| {
                 let w = w.strip_suffix("'s").unwrap_or(&w).to_string();
                 self.stemmer.stem(&w).into_owned()

@@ -1,19 +1,32 @@
-//! LoCoMo evaluation of a pipeline: ingest each conversation into a fresh
-//! memory, retrieve for every question, map the retrieved items back to
-//! `dia_id`s through their provenance (summary items, which cite a whole
-//! block without quoting it, cover none), and report evidence recall, full
-//! coverage, context tokens and latency per category ([`locomo::aggregate`]).
-//! With a model: generate an answer from the composed prompt and score it
-//! with the LLM-as-judge prompt of Amory, appendix A.1.
+//! LoCoMo evaluation of memory pipelines at a number of items or a budget
+//! of context tokens.
+//!
+//! Every combination of pipeline × retriever runs on the same data and
+//! embedder in one process: each conversation is ingested once per pipeline
+//! into a fresh memory, then every question is retrieved once per retriever,
+//! deep enough to fill the largest budget. The ranked items are packed
+//! ([`crate::Packer`]) exactly as the pipeline's prompt holds them — its
+//! standing context (HEMA: the compact summary) first, then each item
+//! rendered with its date — and cut at every `k` and every budget. Each cut
+//! is scored for evidence recall through provenance (summary items, which
+//! cite a whole block without quoting it, cover none) and for answer recall
+//! (the gold answer's content words present in the packed text); see
+//! [`crate::metrics`]. With a model, answers are also generated from the
+//! composed prompt and judged with the LLM-as-judge prompt of Amory,
+//! appendix A.1.
 
 use crate::error::{MemoryError, Result};
 use crate::llm::{ChatMessage, Llm, ask_json};
-use crate::locomo::{self, Conversation, Dataset, EvalReport, QuestionResult, category_name};
+use crate::locomo::{Conversation, Dataset, Qa, SkipReport, category_name};
 use crate::memory::{Memory, PipelineKind};
-use crate::pipeline::{Retriever, render_item};
+use crate::metrics::{
+    Cut, CutResult, EvalReport, QuestionResult, aggregate, answer_recall, content_words, fmt_opt, words,
+};
+use crate::pipeline::{Packer, Retriever};
 use crate::store::NewMessage;
-use crate::tokens;
 use dentate_embed::Embedder;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,20 +40,58 @@ pub const ANSWER_PROMPT: &str = include_str!("prompts/qa.txt");
 /// Settings of an evaluation run.
 #[derive(Clone)]
 pub struct EvalOptions {
-    /// The pipeline to evaluate.
-    pub pipeline: PipelineKind,
-    /// Retrieval depths to report (the largest is retrieved once).
+    /// The pipelines to evaluate.
+    pub pipelines: Vec<PipelineKind>,
+    /// The retrievers to evaluate each pipeline with.
+    pub retrievers: Vec<Retriever>,
+    /// Cut the ranked list at these numbers of items.
     pub ks: Vec<usize>,
+    /// Cut it at these budgets of context tokens.
+    pub budgets: Vec<usize>,
     /// Text → vectors.
     pub embedder: Arc<dyn Embedder>,
-    /// Model used inside the pipeline (summaries), if any.
+    /// Model used inside the pipelines (summaries), if any.
     pub pipeline_llm: Option<Arc<dyn Llm>>,
     /// Model that answers and judges (`None`: retrieval metrics only).
     pub judge_llm: Option<Arc<dyn Llm>>,
     /// Prompt budget for answer generation.
-    pub budget: usize,
-    /// How items are found.
-    pub retriever: Retriever,
+    pub answer_budget: usize,
+}
+
+impl EvalOptions {
+    /// One pipeline, dense retrieval, k = 5, 10, 20, no budgets, no model,
+    /// answers composed within 3,500 tokens.
+    pub fn new(pipeline: PipelineKind, embedder: Arc<dyn Embedder>) -> Self {
+        EvalOptions {
+            pipelines: vec![pipeline],
+            retrievers: vec![Retriever::Dense],
+            ks: vec![5, 10, 20],
+            budgets: Vec::new(),
+            embedder,
+            pipeline_llm: None,
+            judge_llm: None,
+            answer_budget: 3500,
+        }
+    }
+
+    /// The cuts to score, k values first, each list ascending and
+    /// deduplicated.
+    fn cuts(&self) -> Result<Vec<Cut>> {
+        if self.ks.contains(&0) || self.budgets.contains(&0) {
+            return Err(MemoryError::Invalid("k and budgets must be at least 1".into()));
+        }
+        if self.pipelines.is_empty() || self.retrievers.is_empty() {
+            return Err(MemoryError::Invalid("no pipeline or no retriever given".into()));
+        }
+        let mut cuts: Vec<Cut> = self.ks.iter().map(|&k| Cut::K(k)).collect();
+        cuts.extend(self.budgets.iter().map(|&b| Cut::Budget(b)));
+        cuts.sort();
+        cuts.dedup();
+        if cuts.is_empty() {
+            return Err(MemoryError::Invalid("give at least one k or one budget".into()));
+        }
+        Ok(cuts)
+    }
 }
 
 /// Judge results of one category.
@@ -65,71 +116,269 @@ impl JudgeRow {
     }
 }
 
-/// The outcome of an evaluation run.
-#[derive(Debug, Clone)]
-pub struct EvalOutcome {
-    /// Retrieval metrics per category.
-    pub report: EvalReport,
-    /// Wall time of ingestion over all conversations, seconds.
-    pub ingest_s: f64,
+/// What ingesting every conversation cost one pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IngestStats {
+    /// Pipeline name.
+    pub pipeline: String,
     /// Messages ingested.
     pub messages: usize,
-    /// Questions evaluated.
-    pub questions: usize,
-    /// What the loader skipped or repaired.
-    pub skipped: String,
+    /// Live memory items after ingestion, over all conversations.
+    pub items: usize,
+    /// Wall time of ingestion, seconds.
+    pub seconds: f64,
+    /// Model calls made by the pipeline while ingesting.
+    pub llm_calls: u64,
+    /// Of those, calls that failed.
+    pub llm_failures: u64,
+    /// Prompt tokens the server reported for them.
+    pub llm_prompt_tokens: u64,
+    /// Completion tokens the server reported for them.
+    pub llm_completion_tokens: u64,
+}
+
+/// The results of one pipeline with one retriever.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// Retriever name ([`Retriever::name`]).
+    pub retriever: String,
+    /// Metrics per category and cut, and retrieval latency.
+    pub report: EvalReport,
     /// Answer accuracy per category, when a judge model is configured
     /// (category 5 is judged against its adversarial answer and reported
     /// separately, outside the overall row).
     pub judge: Option<Vec<JudgeRow>>,
 }
 
-impl EvalOutcome {
-    /// Everything as JSON.
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut v = serde_json::json!({
-            "retrieval": self.report.to_json(),
-            "ingest_s": self.ingest_s,
-            "messages": self.messages,
-            "questions": self.questions,
-            "skipped": self.skipped,
-        });
-        if let Some(rows) = &self.judge {
-            v["judge"] = rows
+/// Data quirks met and how they were handled, counted over the dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Quirks {
+    /// Questions with no evidence left: not scored for evidence recall.
+    pub questions_without_evidence: usize,
+    /// Evidence strings dropped as malformed (no dialogue id recoverable).
+    pub malformed_evidence_dropped: usize,
+    /// Evidence ids naming no turn of the conversation, dropped.
+    pub unknown_evidence_dropped: usize,
+    /// Evidence strings holding several ids, split.
+    pub evidence_split: usize,
+    /// Numeric answers (e.g. `2022`), scored as their decimal text.
+    pub numeric_answers: usize,
+    /// Questions of categories 1–4 with no gold answer: not scored for
+    /// answer recall.
+    pub questions_without_answer: usize,
+    /// Gold answers made only of stop words: not scored for answer recall.
+    pub answers_without_content_words: usize,
+    /// Sessions with no date, or one that does not parse: their items are
+    /// rendered without a date.
+    pub sessions_without_date: usize,
+}
+
+impl Quirks {
+    fn of(ds: &Dataset) -> Quirks {
+        let sk = &ds.skipped;
+        let mut q = Quirks {
+            malformed_evidence_dropped: sk.evidence_malformed_dropped,
+            unknown_evidence_dropped: sk.evidence_unknown_dropped,
+            evidence_split: sk.evidence_split,
+            numeric_answers: sk.numeric_answers_converted,
+            sessions_without_date: ds
+                .conversations
                 .iter()
-                .map(|r| {
-                    serde_json::json!({
-                        "category": r.category.map_or("overall (1-4)".to_string(), |c| category_name(c).to_string()),
-                        "judged": r.judged,
-                        "correct": r.correct,
-                        "j": r.score(),
-                    })
-                })
-                .collect();
+                .flat_map(|c| &c.sessions)
+                .filter(|s| s.said_at.is_none())
+                .count(),
+            ..Quirks::default()
+        };
+        for qa in ds.conversations.iter().flat_map(|c| &c.qa) {
+            q.questions_without_evidence += usize::from(qa.evidence.is_empty());
+            if qa.category != 5 {
+                match &qa.answer {
+                    None => q.questions_without_answer += 1,
+                    Some(a) if content_words(a).is_empty() => q.answers_without_content_words += 1,
+                    Some(_) => {}
+                }
+            }
         }
-        v
+        q
     }
 
-    /// A Markdown report: the retrieval table, ingest time, and the judge
-    /// table when there is one.
-    pub fn to_markdown(&self) -> String {
-        let mut s = self.report.to_markdown();
-        s.push_str(&format!(
-            "\n{} messages ingested in {:.2} s; {} questions; loader: {}\n",
-            self.messages, self.ingest_s, self.questions, self.skipped
-        ));
-        if let Some(rows) = &self.judge {
-            s.push_str("\n| category | judged | correct | J |\n|---|---|---|---|\n");
-            for r in rows {
-                let name = r.category.map_or("overall (1-4)", category_name);
+    /// Every counter with its name.
+    pub fn counts(&self) -> [(&'static str, usize); 8] {
+        [
+            ("questions_without_evidence", self.questions_without_evidence),
+            ("malformed_evidence_dropped", self.malformed_evidence_dropped),
+            ("unknown_evidence_dropped", self.unknown_evidence_dropped),
+            ("evidence_split", self.evidence_split),
+            ("numeric_answers", self.numeric_answers),
+            ("questions_without_answer", self.questions_without_answer),
+            ("answers_without_content_words", self.answers_without_content_words),
+            ("sessions_without_date", self.sessions_without_date),
+        ]
+    }
+}
+
+/// The outcome of an evaluation run.
+#[derive(Debug, Clone)]
+pub struct EvalOutcome {
+    /// Embedder name.
+    pub embedder: String,
+    /// Conversations evaluated.
+    pub conversations: usize,
+    /// Messages per conversation set (ingested once per pipeline).
+    pub messages: usize,
+    /// Questions evaluated per run.
+    pub questions: usize,
+    /// Data quirks and their handling.
+    pub quirks: Quirks,
+    /// Every repair the loader made.
+    pub loader: SkipReport,
+    /// Ingestion cost per pipeline.
+    pub ingest: Vec<IngestStats>,
+    /// One result per pipeline × retriever, pipelines in the order given.
+    pub runs: Vec<RunResult>,
+}
+
+/// Version of the JSON layout written by [`EvalOutcome::to_json`].
+pub const JSON_SCHEMA_VERSION: u32 = 2;
+
+impl EvalOutcome {
+    /// Everything as JSON: `{schema, embedder, dataset: {conversations,
+    /// messages, questions}, quirks: {…}, loader: {…}, ingest: [{pipeline,
+    /// messages, items, seconds, llm: {calls, failures, prompt_tokens,
+    /// completion_tokens}}], runs: [{pipeline, retriever, retrieval
+    /// (see [`EvalReport::to_json`]), judge}]}`.
+    pub fn to_json(&self) -> Value {
+        let counts = |c: &[(&str, usize)]| -> Value {
+            c.iter()
+                .map(|&(k, v)| (k.to_string(), Value::from(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        };
+        let ingest: Vec<Value> = self
+            .ingest
+            .iter()
+            .map(|i| {
+                json!({
+                    "pipeline": i.pipeline,
+                    "messages": i.messages,
+                    "items": i.items,
+                    "seconds": i.seconds,
+                    "llm": {
+                        "calls": i.llm_calls,
+                        "failures": i.llm_failures,
+                        "prompt_tokens": i.llm_prompt_tokens,
+                        "completion_tokens": i.llm_completion_tokens,
+                    },
+                })
+            })
+            .collect();
+        let runs: Vec<Value> = self
+            .runs
+            .iter()
+            .map(|r| {
+                let judge = r.judge.as_ref().map(|rows| {
+                    rows.iter()
+                        .map(|j| {
+                            json!({
+                                "category": j.category,
+                                "name": j.category.map_or("overall (1-4)", category_name),
+                                "judged": j.judged,
+                                "correct": j.correct,
+                                "j": j.score(),
+                            })
+                        })
+                        .collect::<Vec<_>>()
+                });
+                json!({
+                    "pipeline": r.pipeline,
+                    "retriever": r.retriever,
+                    "retrieval": r.report.to_json(),
+                    "judge": judge,
+                })
+            })
+            .collect();
+        json!({
+            "schema": JSON_SCHEMA_VERSION,
+            "embedder": self.embedder,
+            "dataset": {
+                "conversations": self.conversations,
+                "messages": self.messages,
+                "questions": self.questions,
+            },
+            "quirks": counts(&self.quirks.counts()),
+            "loader": counts(&self.loader.counts()),
+            "ingest": ingest,
+            "runs": runs,
+        })
+    }
+
+    /// One Markdown table of the overall metrics: a row per pipeline ×
+    /// retriever × cut with evidence recall, full coverage, answer recall,
+    /// mean tokens and items used, and retrieval latency.
+    pub fn summary_markdown(&self) -> String {
+        let mut s = String::from(
+            "| pipeline | retriever | cut | evidence recall | full coverage | answer recall | tokens | items | p50 ms | p95 ms |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        let ms = |us: Option<u64>| us.map_or_else(|| "-".into(), |v| format!("{:.2}", v as f64 / 1000.0));
+        for r in &self.runs {
+            for m in &r.report.overall.per_cut {
+                let cut = match m.cut {
+                    Cut::K(k) => format!("k = {k}"),
+                    Cut::Budget(b) => format!("{b} tokens"),
+                };
                 s.push_str(&format!(
-                    "| {name} | {} | {} | {:.3} |\n",
-                    r.judged,
-                    r.correct,
-                    r.score()
+                    "| {} | {} | {cut} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    r.pipeline,
+                    r.retriever,
+                    fmt_opt(m.mean_recall, 3),
+                    fmt_opt(m.full_coverage, 3),
+                    fmt_opt(m.mean_answer_recall, 3),
+                    fmt_opt(m.mean_context_tokens, 0),
+                    fmt_opt(m.mean_items, 1),
+                    ms(r.report.latency_p50_us),
+                    ms(r.report.latency_p95_us),
                 ));
             }
         }
+        s
+    }
+
+    /// The full Markdown report: the summary table, ingestion cost, the
+    /// per-category table of every run, judge tables, and the data quirks.
+    pub fn to_markdown(&self) -> String {
+        let mut s = format!(
+            "{} conversations, {} messages, {} questions; embedder {}\n\n",
+            self.conversations, self.messages, self.questions, self.embedder
+        );
+        s.push_str(&self.summary_markdown());
+        s.push_str("\n| pipeline | ingest s | messages | items | LLM calls | LLM tokens (prompt + completion) |\n|---|---:|---:|---:|---:|---:|\n");
+        for i in &self.ingest {
+            s.push_str(&format!(
+                "| {} | {:.2} | {} | {} | {} | {} + {} |\n",
+                i.pipeline, i.seconds, i.messages, i.items, i.llm_calls, i.llm_prompt_tokens, i.llm_completion_tokens
+            ));
+        }
+        for r in &self.runs {
+            s.push_str(&format!("\n#### {} · {}\n\n", r.pipeline, r.retriever));
+            s.push_str(&r.report.to_markdown());
+            if let Some(rows) = &r.judge {
+                s.push_str("\n| category | judged | correct | J |\n|---|---|---|---|\n");
+                for j in rows {
+                    let name = j.category.map_or("overall (1-4)", category_name);
+                    s.push_str(&format!(
+                        "| {name} | {} | {} | {:.3} |\n",
+                        j.judged,
+                        j.correct,
+                        j.score()
+                    ));
+                }
+            }
+        }
+        let quirks: Vec<String> = self.quirks.counts().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        s.push_str(&format!("\nData quirks: {}\n", quirks.join(", ")));
         s
     }
 }
@@ -184,125 +433,192 @@ pub fn judge(llm: &dyn Llm, question: &str, gold: &str, generated: &str) -> Resu
     )?)
 }
 
-/// Runs the evaluation over every conversation of `ds`, each in a fresh
-/// memory under `workdir` (one subdirectory per conversation).
+/// One question's retrieval, packed at every cut.
+fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: &[Cut]) -> Result<QuestionResult> {
+    let kmax = cuts
+        .iter()
+        .filter_map(|c| if let Cut::K(k) = c { Some(*k) } else { None })
+        .max();
+    let bmax = cuts
+        .iter()
+        .filter_map(|c| if let Cut::Budget(b) = c { Some(*b) } else { None })
+        .max();
+    // Deep enough for the largest k and to fill the largest budget (one
+    // item per 16 tokens, at least 32, is rarely short): double the depth
+    // while everything retrieved fits and more may exist.
+    let mut depth = kmax.unwrap_or(1).max(bmax.map_or(1, |b| b.div_ceil(16).max(32)));
+    let (hits, latency_us) = loop {
+        let t = Instant::now();
+        let hits = mem.retrieve(user, &qa.question, depth)?;
+        let latency_us = t.elapsed().as_micros() as u64;
+        let more = match bmax {
+            Some(b) => hits.len() == depth && packer.pack(&hits, Cut::Budget(b)).exhausted,
+            None => false,
+        };
+        if !more {
+            break (hits, latency_us);
+        }
+        depth *= 2;
+    };
+    let gold = match (qa.category, &qa.answer) {
+        (5, _) | (_, None) => Default::default(),
+        (_, Some(a)) => content_words(a),
+    };
+    let cuts = cuts
+        .iter()
+        .map(|&cut| {
+            let packed = packer.pack(&hits, cut);
+            let used = &hits[..packed.items];
+            // A summary cites its whole block of messages without quoting
+            // them: it covers no evidence turn.
+            let mut ids: Vec<String> = used
+                .iter()
+                .filter(|h| h.item.kind != "summary")
+                .flat_map(|h| h.source_refs.iter().cloned())
+                .collect();
+            ids.sort();
+            ids.dedup();
+            let context: HashSet<String> = words(&packed.text).collect();
+            CutResult {
+                retrieved: ids,
+                context_tokens: packed.tokens,
+                items: packed.items,
+                answer_recall: answer_recall(&gold, &context),
+            }
+        })
+        .collect();
+    Ok(QuestionResult {
+        category: qa.category,
+        evidence: qa.evidence.clone(),
+        cuts,
+        latency_us,
+    })
+}
+
+/// Generates an answer from the composed prompt and judges it; `None` when
+/// the question has no gold answer.
+fn judge_question(mem: &mut Memory, user: &str, llm: &dyn Llm, qa: &Qa, budget: usize) -> Result<Option<bool>> {
+    let gold = if qa.category == 5 {
+        qa.adversarial_answer.clone().or_else(|| qa.answer.clone())
+    } else {
+        qa.answer.clone()
+    };
+    let Some(gold) = gold else { return Ok(None) };
+    let composed = mem.compose(user, &qa.question, budget)?;
+    let answer = generate_answer(llm, &composed.prompt, &qa.question)?;
+    Ok(Some(judge(llm, &qa.question, &gold, &answer)?))
+}
+
+/// Judge counts per category → rows, with the overall row over 1–4 last.
+fn judge_rows(judged: &BTreeMap<u8, (usize, usize)>) -> Vec<JudgeRow> {
+    let mut rows: Vec<JudgeRow> = judged
+        .iter()
+        .map(|(&c, &(n, ok))| JudgeRow {
+            category: Some(c),
+            judged: n,
+            correct: ok,
+        })
+        .collect();
+    let (n, ok) = judged
+        .iter()
+        .filter(|(c, _)| **c != 5)
+        .fold((0, 0), |a, (_, &(n, ok))| (a.0 + n, a.1 + ok));
+    rows.push(JudgeRow {
+        category: None,
+        judged: n,
+        correct: ok,
+    });
+    rows
+}
+
+/// Runs the evaluation over every conversation of `ds`: for each pipeline,
+/// each conversation in a fresh memory under `workdir`
+/// (`<pipeline>/conv-<i>`), scored with every retriever.
 pub fn run(
     ds: &Dataset,
     opts: &EvalOptions,
     workdir: &std::path::Path,
     progress: &mut dyn FnMut(&str),
 ) -> Result<EvalOutcome> {
-    let kmax = *opts
-        .ks
-        .iter()
-        .max()
-        .ok_or_else(|| MemoryError::Invalid("no k given".into()))?;
-    if opts.ks.contains(&0) {
-        return Err(MemoryError::Invalid("k must be at least 1".into()));
-    }
-    let mut results = Vec::new();
-    let mut ingest_s = 0.0;
+    let cuts = opts.cuts()?;
+    let user = "eval";
+    let mut runs = Vec::new();
+    let mut ingest = Vec::new();
     let mut messages = 0;
-    let mut judged: std::collections::BTreeMap<u8, (usize, usize)> = Default::default();
-    for (ci, conv) in ds.conversations.iter().enumerate() {
-        let dir = workdir.join(format!("conv-{ci}"));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        let mut mem = Memory::open(
-            &dir,
-            opts.pipeline.clone(),
-            opts.embedder.clone(),
-            opts.pipeline_llm.clone(),
-        )?;
-        mem.set_retriever(opts.retriever);
-        let user = "eval";
-        let msgs = conversation_messages(conv);
-        let t0 = Instant::now();
-        mem.ingest(user, &msgs)?;
-        ingest_s += t0.elapsed().as_secs_f64();
-        messages += msgs.len();
-        let compact_tokens = mem
-            .store()
-            .state(user, mem.pipeline_name(), "compact")?
-            .map_or(0, |c| tokens::count(&c));
-        progress(&format!(
-            "{}: {} messages ingested, {} questions",
-            conv.sample_id,
-            msgs.len(),
-            conv.qa.len()
-        ));
-        for qa in &conv.qa {
-            let t = Instant::now();
-            let hits = mem.retrieve(user, &qa.question, kmax)?;
-            let latency_us = t.elapsed().as_micros() as u64;
-            let mut retrieved = Vec::with_capacity(opts.ks.len());
-            let mut context_tokens = Vec::with_capacity(opts.ks.len());
-            for &k in &opts.ks {
-                let top = &hits[..k.min(hits.len())];
-                // A summary cites its whole block of messages without
-                // quoting them: it covers no evidence turn.
-                let mut ids: Vec<String> = top
-                    .iter()
-                    .filter(|h| h.item.kind != "summary")
-                    .flat_map(|h| h.source_refs.iter().cloned())
-                    .collect();
-                ids.sort();
-                ids.dedup();
-                retrieved.push(ids);
-                let text: String = top.iter().map(|h| render_item(&h.item) + "\n").collect();
-                context_tokens.push(tokens::count(&text) + compact_tokens);
+    for kind in &opts.pipelines {
+        let mut results: Vec<Vec<QuestionResult>> = vec![Vec::new(); opts.retrievers.len()];
+        let mut judged: Vec<BTreeMap<u8, (usize, usize)>> = vec![BTreeMap::new(); opts.retrievers.len()];
+        let mut cost = IngestStats {
+            pipeline: kind.name().to_string(),
+            messages: 0,
+            items: 0,
+            seconds: 0.0,
+            llm_calls: 0,
+            llm_failures: 0,
+            llm_prompt_tokens: 0,
+            llm_completion_tokens: 0,
+        };
+        for (ci, conv) in ds.conversations.iter().enumerate() {
+            let dir = workdir.join(kind.name()).join(format!("conv-{ci}"));
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
             }
-            results.push(QuestionResult {
-                category: qa.category,
-                evidence: qa.evidence.clone(),
-                retrieved,
-                context_tokens,
-                latency_us,
-            });
-            if let Some(llm) = &opts.judge_llm {
-                let gold = if qa.category == 5 {
-                    qa.adversarial_answer.clone().or_else(|| qa.answer.clone())
-                } else {
-                    qa.answer.clone()
-                };
-                if let Some(gold) = gold {
-                    let composed = mem.compose(user, &qa.question, opts.budget)?;
-                    let answer = generate_answer(llm.as_ref(), &composed.prompt, &qa.question)?;
-                    let ok = judge(llm.as_ref(), &qa.question, &gold, &answer)?;
-                    let e = judged.entry(qa.category).or_default();
-                    e.0 += 1;
-                    e.1 += usize::from(ok);
+            let mut mem = Memory::open(&dir, kind.clone(), opts.embedder.clone(), opts.pipeline_llm.clone())?;
+            let msgs = conversation_messages(conv);
+            let before = opts.pipeline_llm.as_ref().map(|l| l.stats());
+            let t0 = Instant::now();
+            let report = mem.ingest(user, &msgs)?;
+            cost.seconds += t0.elapsed().as_secs_f64();
+            if let (Some(l), Some(b)) = (&opts.pipeline_llm, before) {
+                let a = l.stats();
+                cost.llm_calls += a.calls - b.calls;
+                cost.llm_failures += a.failures - b.failures;
+                cost.llm_prompt_tokens += a.prompt_tokens - b.prompt_tokens;
+                cost.llm_completion_tokens += a.completion_tokens - b.completion_tokens;
+            }
+            cost.messages += msgs.len();
+            cost.items += report.live;
+            progress(&format!(
+                "{} · {}: {} messages ingested, {} questions",
+                kind.name(),
+                conv.sample_id,
+                msgs.len(),
+                conv.qa.len()
+            ));
+            let packer = mem.packer(user)?;
+            for (ri, &retriever) in opts.retrievers.iter().enumerate() {
+                mem.set_retriever(retriever);
+                for qa in &conv.qa {
+                    results[ri].push(score_question(&mut mem, user, &packer, qa, &cuts)?);
+                    if let Some(llm) = &opts.judge_llm
+                        && let Some(ok) = judge_question(&mut mem, user, llm.as_ref(), qa, opts.answer_budget)?
+                    {
+                        let e = judged[ri].entry(qa.category).or_default();
+                        e.0 += 1;
+                        e.1 += usize::from(ok);
+                    }
                 }
             }
         }
+        messages = cost.messages;
+        ingest.push(cost);
+        for (ri, retriever) in opts.retrievers.iter().enumerate() {
+            runs.push(RunResult {
+                pipeline: kind.name().to_string(),
+                retriever: retriever.name(),
+                report: aggregate(&cuts, &results[ri]),
+                judge: opts.judge_llm.as_ref().map(|_| judge_rows(&judged[ri])),
+            });
+        }
     }
-    let judge = opts.judge_llm.as_ref().map(|_| {
-        let mut rows: Vec<JudgeRow> = judged
-            .iter()
-            .map(|(&c, &(n, ok))| JudgeRow {
-                category: Some(c),
-                judged: n,
-                correct: ok,
-            })
-            .collect();
-        let (n, ok) = judged
-            .iter()
-            .filter(|(c, _)| **c != 5)
-            .fold((0, 0), |a, (_, &(n, ok))| (a.0 + n, a.1 + ok));
-        rows.push(JudgeRow {
-            category: None,
-            judged: n,
-            correct: ok,
-        });
-        rows
-    });
     Ok(EvalOutcome {
-        report: locomo::aggregate(&opts.ks, &results),
-        ingest_s,
+        embedder: opts.embedder.name().to_string(),
+        conversations: ds.conversations.len(),
         messages,
-        questions: results.len(),
-        skipped: ds.skipped.summary(),
-        judge,
+        questions: ds.conversations.iter().map(|c| c.qa.len()).sum(),
+        quirks: Quirks::of(ds),
+        loader: ds.skipped,
+        ingest,
+        runs,
     })
 }

@@ -15,8 +15,7 @@
 
 use crate::error::{MemoryError, Result};
 use crate::pipeline::{
-    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text, render_item,
-    resolve,
+    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text, resolve,
 };
 use crate::store::{Message, NewItem, Step};
 use crate::summarize::{WordStats, extractive, llm_merge, llm_update};
@@ -257,6 +256,15 @@ impl Pipeline for Hema {
         resolve(env, &hits)
     }
 
+    fn standing_context(&mut self, env: &mut Env<'_>) -> Result<String> {
+        let st = Self::load_state(env)?;
+        Ok(if st.compact.is_empty() {
+            String::new()
+        } else {
+            compact_block(&st.compact)
+        })
+    }
+
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {
         let st = Self::load_state(env)?;
         let retrieved = self.retrieve(env, query, self.cfg.k)?;
@@ -271,9 +279,10 @@ impl Pipeline for Hema {
         }
         let render = |compact: &str, chunks: &[Retrieved], tail: &[Message]| {
             let mut p = system.clone();
-            p.push_str(&format!("<compact> {compact} </compact>\n<retrieved>\n"));
+            p.push_str(&compact_block(compact));
+            p.push_str("<retrieved>\n");
             for r in chunks {
-                p.push_str(&render_item(&r.item));
+                p.push_str(&(self.renderer())(&r.item));
                 p.push('\n');
             }
             p.push_str("</retrieved>\n<dialogue_tail>\n");
@@ -336,4 +345,9 @@ impl Pipeline for Hema {
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.vectors.save(env)
     }
+}
+
+/// The compact summary as the prompt holds it.
+fn compact_block(compact: &str) -> String {
+    format!("<compact> {compact} </compact>\n")
 }

@@ -3,7 +3,7 @@
 use crate::error::{MemoryError, Result};
 use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
-use crate::pipeline::{Composed, Env, IngestReport, Pipeline, Retrieved, Retriever};
+use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever};
 use crate::rag::Rag;
 use crate::store::{NewMessage, Store, check_user};
 use crate::vecmem::VectorMemoryConfig;
@@ -22,6 +22,14 @@ pub enum PipelineKind {
 }
 
 impl PipelineKind {
+    /// The pipeline's name (`rag`, `hema`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            PipelineKind::Rag(_) => "rag",
+            PipelineKind::Hema(_) => "hema",
+        }
+    }
+
     /// Parses `rag` or `hema` (default settings).
     pub fn parse(name: &str) -> Result<Self> {
         match name {
@@ -102,10 +110,7 @@ impl Memory {
 
     /// The pipeline name.
     pub fn pipeline_name(&self) -> &'static str {
-        match self.kind {
-            PipelineKind::Rag(_) => "rag",
-            PipelineKind::Hema(_) => "hema",
-        }
+        self.kind.name()
     }
 
     fn with<T>(&mut self, user: &str, f: impl FnOnce(&mut dyn Pipeline, &mut Env<'_>) -> Result<T>) -> Result<T> {
@@ -150,6 +155,17 @@ impl Memory {
             return Err(MemoryError::Invalid("k must be at least 1".into()));
         }
         self.with(user, |p, env| p.retrieve(env, query, k))
+    }
+
+    /// How the pipeline packs retrieved items into its prompt for `user`:
+    /// its standing context (HEMA: the compact summary) and item renderer.
+    pub fn packer(&mut self, user: &str) -> Result<Packer> {
+        self.with(user, |p, env| {
+            Ok(Packer {
+                standing: p.standing_context(env)?,
+                render: p.renderer(),
+            })
+        })
     }
 
     /// A prompt for `query` within `budget` tokens.

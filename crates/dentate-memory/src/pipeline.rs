@@ -4,8 +4,10 @@
 
 use crate::error::{MemoryError, Result};
 use crate::llm::Llm;
+use crate::metrics::Cut;
 use crate::store::{Item, Message, Store};
-use crate::time::date_string;
+use crate::time::human_date;
+use crate::tokens;
 use crate::vecmem::{VectorMemory, VectorMemoryConfig};
 use dentate_core::{Fusion, LexicalIndex, SalienceParams, fuse};
 use dentate_embed::Embedder;
@@ -138,6 +140,17 @@ pub trait Pipeline: Send {
     fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>>;
     /// A prompt for answering `query` within `budget` tokens.
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed>;
+    /// What the prompt always carries before the retrieved items (HEMA:
+    /// its compact summary), rendered as [`Pipeline::compose`] renders it;
+    /// empty when there is nothing.
+    fn standing_context(&mut self, _env: &mut Env<'_>) -> Result<String> {
+        Ok(String::new())
+    }
+    /// How [`Pipeline::compose`] renders one retrieved item into the prompt
+    /// (its text plus its time, title or key).
+    fn renderer(&self) -> fn(&Item) -> String {
+        render_item
+    }
     /// Removes a forgotten or deleted item from the pipeline's indexes.
     fn drop_item(&mut self, id: i64);
     /// Replaces a corrected item (made at `turn`) in the pipeline's indexes.
@@ -388,8 +401,82 @@ pub fn message_text(m: &Message) -> String {
 /// How an item is shown in a prompt: `[date] text`.
 pub fn render_item(item: &Item) -> String {
     match item.said_at {
-        Some(t) => format!("[{}] {}", date_string(t), item.text),
+        Some(t) => format!("[{}] {}", human_date(t), item.text),
         None => item.text.clone(),
+    }
+}
+
+/// Packs ranked items into a context the way a pipeline's prompt holds
+/// them: its standing context first, then one rendered item per line.
+#[derive(Debug, Clone)]
+pub struct Packer {
+    /// [`Pipeline::standing_context`].
+    pub standing: String,
+    /// [`Pipeline::renderer`].
+    pub render: fn(&Item) -> String,
+}
+
+/// A context packed from ranked items by [`Packer::pack`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packed {
+    /// The standing context followed by the packed items, one per line.
+    pub text: String,
+    /// Tokens of `text` (o200k_base, as the prompt composer counts).
+    pub tokens: usize,
+    /// How many of the ranked items were packed (a prefix).
+    pub items: usize,
+    /// Whether every given item was packed (a deeper list might pack more).
+    pub exhausted: bool,
+}
+
+impl Packer {
+    /// Packs `ranked` in rank order up to `cut`: the first `k` items, or
+    /// items while the whole text stays within the budget, stopping at the
+    /// first that does not fit. The token count is that of the whole
+    /// packed text, never more than a budget: a standing context longer
+    /// than the budget is truncated to it. Packing is monotone: a larger
+    /// budget packs the same items or more.
+    pub fn pack(&self, ranked: &[Retrieved], cut: Cut) -> Packed {
+        let lines: Vec<String> = ranked.iter().map(|r| (self.render)(&r.item) + "\n").collect();
+        let build = |standing: &str, n: usize| {
+            let mut t = standing.to_string();
+            lines[..n].iter().for_each(|l| t.push_str(l));
+            t
+        };
+        let (standing, n) = match cut {
+            Cut::K(k) => (self.standing.clone(), k.min(ranked.len())),
+            Cut::Budget(budget) => {
+                let mut standing = self.standing.clone();
+                let mut max = budget;
+                while tokens::count(&standing) > budget {
+                    standing = tokens::truncate(&self.standing, max);
+                    max = max.saturating_sub(1);
+                }
+                // Sum of per-line counts first (cheap), then the exact count
+                // of the joined text, dropping items while it is over.
+                let mut used = tokens::count(&standing);
+                let mut n = 0;
+                for l in &lines {
+                    let t = tokens::count(l);
+                    if used + t > budget {
+                        break;
+                    }
+                    used += t;
+                    n += 1;
+                }
+                while n > 0 && tokens::count(&build(&standing, n)) > budget {
+                    n -= 1;
+                }
+                (standing, n)
+            }
+        };
+        let text = build(&standing, n);
+        Packed {
+            tokens: tokens::count(&text),
+            text,
+            items: n,
+            exhausted: n == ranked.len(),
+        }
     }
 }
 
@@ -420,6 +507,84 @@ mod tests {
             refers_to: None,
             turn: 1,
         };
-        assert_eq!(render_item(&it), "[2023-05-08] Ann: hello");
+        assert_eq!(render_item(&it), "[8 May 2023] Ann: hello");
+    }
+
+    fn ranked(texts: &[&str]) -> Vec<Retrieved> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Retrieved {
+                item: Item {
+                    id: i as i64,
+                    user: "u".into(),
+                    pipeline: "rag".into(),
+                    kind: "turn".into(),
+                    text: t.to_string(),
+                    sources: vec![i as i64],
+                    said_at: (i % 2 == 0).then_some(1_683_554_160 + 86_400 * i as i64),
+                    refers_to: None,
+                    turn: i as i64,
+                },
+                score: 1.0 - i as f32 / 100.0,
+                source_refs: vec![format!("D1:{i}")],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn packing_never_exceeds_the_budget_and_is_monotone() {
+        let texts = [
+            "Ann: I adopted a grey cat called Pixel.",
+            "Bob: 1234567 — numbers, numbers… and émigré café naïveté.",
+            "Ann: 東京で寿司を食べました。",
+            "Bob: ok",
+            "Ann: a much longer message that goes on and on about the marathon, the training plan, the shoes, \
+             the weather in Berlin in September and the five runs a week it now takes",
+            "Bob: 🙂🙂🙂 emoji and\ttabs\n and a newline",
+        ];
+        let items = ranked(&texts);
+        for standing in ["", "<compact> Ann has a cat; Bob runs marathons. </compact>\n"] {
+            let packer = Packer {
+                standing: standing.to_string(),
+                render: render_item,
+            };
+            let mut last = 0;
+            for budget in 1..=160 {
+                let p = packer.pack(&items, Cut::Budget(budget));
+                assert!(p.tokens <= budget, "{p:?} over {budget}");
+                assert_eq!(p.tokens, tokens::count(&p.text));
+                assert!(p.items >= last, "budget {budget}: {} items after {last}", p.items);
+                last = p.items;
+                assert!(p.text.starts_with(&tokens::truncate(standing, budget)));
+                // Greedy in rank order: the next item would not have fitted.
+                if p.items < items.len() {
+                    let next = format!("{}{}\n", p.text, render_item(&items[p.items].item));
+                    assert!(tokens::count(&next) > budget);
+                }
+            }
+            assert_eq!(last, items.len(), "everything fits in 160 tokens");
+            // A standing context longer than the budget is cut to it.
+            if !standing.is_empty() {
+                let p = packer.pack(&items, Cut::Budget(3));
+                assert_eq!((p.items, p.tokens <= 3), (0, true));
+            }
+        }
+    }
+
+    #[test]
+    fn packing_by_k_takes_the_top_k() {
+        let items = ranked(&["Ann: one", "Bob: two", "Ann: three"]);
+        let packer = Packer {
+            standing: String::new(),
+            render: render_item,
+        };
+        let p = packer.pack(&items, Cut::K(2));
+        assert_eq!(p.items, 2);
+        assert!(!p.exhausted);
+        assert_eq!(p.text, "[8 May 2023] Ann: one\nBob: two\n");
+        let p = packer.pack(&items, Cut::K(10));
+        assert_eq!((p.items, p.exhausted), (3, true));
+        assert_eq!(packer.pack(&[], Cut::Budget(100)).items, 0);
     }
 }

@@ -2,8 +2,9 @@
 //! cosine, top-k. The yardstick every other pipeline is compared with.
 
 use crate::error::Result;
+use crate::metrics::Cut;
 use crate::pipeline::{
-    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text, render_item,
+    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text,
     resolve,
 };
 use crate::store::{NewItem, Step};
@@ -84,25 +85,18 @@ impl Pipeline for Rag {
         let retrieved = self.retrieve(env, query, 20)?;
         let head = "<retrieved>\n";
         let tail = format!("</retrieved>\n<user> {query} </user>");
-        let mut used = tokens::count(head) + tokens::count(&tail);
-        let mut body = String::new();
-        let mut included = Vec::new();
-        for r in &retrieved {
-            let line = format!("{}\n", render_item(&r.item));
-            let t = tokens::count(&line);
-            if used + t > budget {
-                break;
-            }
-            used += t;
-            body.push_str(&line);
-            included.push(r.clone());
-        }
-        let prompt = format!("{head}{body}{tail}");
+        let fixed = tokens::count(head) + tokens::count(&tail);
+        let packer = Packer {
+            standing: String::new(),
+            render: self.renderer(),
+        };
+        let packed = packer.pack(&retrieved, Cut::Budget(budget.saturating_sub(fixed)));
+        let prompt = format!("{head}{}{tail}", packed.text);
         Ok(Composed {
             tokens: tokens::count(&prompt),
-            trimmed: retrieved.len() - included.len(),
+            trimmed: retrieved.len() - packed.items,
             prompt,
-            included,
+            included: retrieved[..packed.items].to_vec(),
         })
     }
 

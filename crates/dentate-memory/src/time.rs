@@ -29,8 +29,8 @@ pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// `YYYY-MM-DD` of Unix seconds (UTC) (Hinnant's `civil_from_days`).
-pub fn date_string(secs: i64) -> String {
+/// (year, month, day) of Unix seconds (UTC) (Hinnant's `civil_from_days`).
+fn civil_from_secs(secs: i64) -> (i64, i64, i64) {
     let z = secs.div_euclid(86_400) + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -40,7 +40,40 @@ pub fn date_string(secs: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// `YYYY-MM-DD` of Unix seconds (UTC).
+pub fn date_string(secs: i64) -> String {
+    let (y, m, d) = civil_from_secs(secs);
     format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// English month names, January first.
+const MONTH_NAMES: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+/// `8 May 2023` of Unix seconds (UTC): the unambiguous form prompts show.
+pub fn human_date(secs: i64) -> String {
+    let (y, m, d) = civil_from_secs(secs);
+    let month = usize::try_from(m - 1)
+        .ok()
+        .and_then(|i| MONTH_NAMES.get(i))
+        .copied()
+        .unwrap_or("?");
+    format!("{d} {month} {y}")
 }
 
 fn num<T: std::str::FromStr>(s: &str, len: usize) -> Option<T> {
@@ -108,6 +141,8 @@ mod tests {
     fn civil_dates() {
         assert_eq!(date_string(0), "1970-01-01");
         assert_eq!(date_string(1_683_554_160), "2023-05-08");
+        assert_eq!(human_date(1_683_554_160), "8 May 2023");
+        assert_eq!(human_date(-86_400), "31 December 1969");
         assert_eq!(date_string(951_782_400), "2000-02-29");
         assert_eq!(date_string(-86_400), "1969-12-31");
         for d in [-700_000i64, -1, 0, 59, 60, 11_016, 19_000, 2_932_896] {

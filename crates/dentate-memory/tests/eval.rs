@@ -6,7 +6,7 @@ mod common;
 use common::{chat, chat_body, embedder};
 use dentate_embed::http::testing::{Reply, ScriptedServer};
 use dentate_memory::eval::{self, EvalOptions};
-use dentate_memory::{Llm, PipelineKind, locomo};
+use dentate_memory::{Cut, Llm, PipelineKind, Retriever, locomo};
 use std::sync::Arc;
 
 const FIXTURE: &str = r#"[{
@@ -39,15 +39,9 @@ const FIXTURE: &str = r#"[{
 }]"#;
 
 fn opts(kind: &str) -> EvalOptions {
-    EvalOptions {
-        pipeline: PipelineKind::parse(kind).unwrap(),
-        ks: vec![1, 2, 5],
-        embedder: embedder(),
-        pipeline_llm: None,
-        judge_llm: None,
-        budget: 3500,
-        retriever: dentate_memory::Retriever::Dense,
-    }
+    let mut o = EvalOptions::new(PipelineKind::parse(kind).unwrap(), embedder());
+    o.ks = vec![1, 2, 5];
+    o
 }
 
 #[test]
@@ -57,24 +51,178 @@ fn retrieval_metrics_per_category() {
         let dir = tempfile::tempdir().unwrap();
         let out = eval::run(&ds, &opts(kind), dir.path(), &mut |_| {}).unwrap();
         assert_eq!((out.messages, out.questions), (6, 6));
-        assert!(out.skipped.contains("date_times_without_session=1"), "{}", out.skipped);
-        let r = &out.report;
+        assert_eq!(out.loader.date_times_without_session, 1);
+        assert_eq!(out.quirks.questions_without_evidence, 1);
+        assert_eq!(out.quirks.numeric_answers, 1);
+        assert_eq!(out.runs.len(), 1);
+        let r = &out.runs[0].report;
         let row = |c: u8| r.categories.iter().find(|x| x.category == Some(c)).unwrap();
         // Single-hop facts with distinctive words are found at k = 1.
-        assert_eq!(row(4).per_k[0].mean_recall, Some(1.0), "{kind}");
+        assert_eq!(row(4).per_cut[0].mean_recall, Some(1.0), "{kind}");
+        // ... and their one-word answers are in the context.
+        assert_eq!(row(4).per_cut[0].mean_answer_recall, Some(1.0), "{kind}");
         // The multi-hop question has two evidence turns: at most half at k = 1.
-        assert!(row(1).per_k[0].mean_recall.unwrap() <= 0.5);
-        assert_eq!(row(1).per_k[2].mean_recall, Some(1.0), "{kind}: both within 5 of 6");
-        // The question without evidence is not scored.
+        assert!(row(1).per_cut[0].mean_recall.unwrap() <= 0.5);
+        assert_eq!(row(1).per_cut[2].mean_recall, Some(1.0), "{kind}: both within 5 of 6");
+        assert_eq!(row(1).per_cut[2].mean_answer_recall, Some(1.0), "{kind}");
+        // The question without evidence is not scored for evidence, but its
+        // answer is ("Likely yes": one content word, "likely").
         assert_eq!(row(3).scored, 0);
+        assert_eq!(row(3).per_cut[0].answer_scored, 1);
+        // Category 5 has no gold answer to recall.
+        assert_eq!(row(5).per_cut[0].answer_scored, 0);
         assert_eq!(r.overall.scored, 5);
         // Context grows with k.
-        let t = &r.overall.per_k;
+        let t = &r.overall.per_cut;
         assert!(t[0].mean_context_tokens < t[2].mean_context_tokens);
         let md = out.to_markdown();
         assert!(md.contains("single-hop") && md.contains("overall"), "{md}");
-        assert!(out.to_json()["retrieval"].is_object());
+        assert!(out.to_json()["runs"][0]["retrieval"].is_object());
     }
+}
+
+#[test]
+fn every_pipeline_and_retriever_in_one_run_at_budgets() {
+    let ds = locomo::parse(FIXTURE).unwrap();
+    let mut o = opts("rag");
+    o.pipelines.push(PipelineKind::parse("hema").unwrap());
+    o.retrievers = ["dense", "bm25", "hybrid"]
+        .iter()
+        .map(|r| Retriever::parse(r).unwrap())
+        .collect();
+    o.ks = vec![];
+    o.budgets = vec![15, 40, 3500];
+    let dir = tempfile::tempdir().unwrap();
+    let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
+    let names: Vec<(String, String)> = out
+        .runs
+        .iter()
+        .map(|r| (r.pipeline.clone(), r.retriever.clone()))
+        .collect();
+    assert_eq!(names.len(), 6);
+    assert_eq!(names[0], ("rag".into(), "dense".into()));
+    assert_eq!(names[5], ("hema".into(), "weighted:0.3".into()));
+    assert_eq!(out.ingest.len(), 2);
+    assert_eq!(out.ingest[0].messages, 6);
+    assert_eq!(out.ingest[0].items, 6);
+    for r in &out.runs {
+        let o = &r.report.overall.per_cut;
+        assert_eq!(
+            o.iter().map(|m| m.cut).collect::<Vec<_>>(),
+            [Cut::Budget(15), Cut::Budget(40), Cut::Budget(3500)]
+        );
+        for (m, b) in o.iter().zip([15.0, 40.0, 3500.0]) {
+            assert!(m.mean_context_tokens.unwrap() <= b, "{m:?}");
+        }
+        // Monotone in the budget, and at 3,500 tokens all six turns fit.
+        assert!(o[0].mean_items <= o[1].mean_items && o[1].mean_items <= o[2].mean_items);
+        assert!(o[0].mean_recall <= o[1].mean_recall && o[1].mean_recall <= o[2].mean_recall);
+        // BM25 returns only items sharing a word with the question; dense
+        // and hybrid rank every item.
+        if r.pipeline == "rag" && r.retriever != "bm25" {
+            assert_eq!(o[2].mean_items, Some(6.0));
+            assert_eq!(o[2].mean_recall, Some(1.0), "{}", r.retriever);
+            // Every answer is in the whole conversation but "Likely yes"
+            // (an inference): 4 of 5 scored answers.
+            assert_eq!(o[2].mean_answer_recall, Some(0.8), "{}", r.retriever);
+            // 15 tokens hold one dated turn at most.
+            assert!(o[0].mean_items.unwrap() <= 1.0);
+        }
+    }
+    let summary = out.summary_markdown();
+    assert_eq!(summary.lines().count(), 2 + 6 * 3, "{summary}");
+    assert!(summary.contains("| hema | bm25 | 1500 tokens |") || summary.contains("| hema | bm25 | 40 tokens |"));
+}
+
+/// One turn per item, each gold answer a word found only in its evidence
+/// turns (one word per turn): evidence recall and answer recall must agree
+/// question by question, so their means agree at every cut.
+const ONE_WORD_PER_TURN: &str = r#"[{
+  "sample_id": "agree-1",
+  "conversation": {
+    "speaker_a": "Ann", "speaker_b": "Bob",
+    "session_1_date_time": "9:15 am on 2 March, 2024",
+    "session_1": [
+      {"speaker": "Ann", "dia_id": "D1:1", "text": "My cat is called Pixel."},
+      {"speaker": "Bob", "dia_id": "D1:2", "text": "I race in Berlin."},
+      {"speaker": "Ann", "dia_id": "D1:3", "text": "My sister moves to Lisbon."},
+      {"speaker": "Bob", "dia_id": "D1:4", "text": "I fixed an old bicycle."},
+      {"speaker": "Ann", "dia_id": "D1:5", "text": "I play the cello."},
+      {"speaker": "Bob", "dia_id": "D1:6", "text": "I grow tomatoes."}
+    ]
+  },
+  "qa": [
+    {"question": "What is Ann's cat called?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
+    {"question": "Where does Bob race?", "answer": "Berlin", "evidence": ["D1:2"], "category": 4},
+    {"question": "Where does the sister move, and what does Ann play?", "answer": "Lisbon; cello",
+     "evidence": ["D1:3", "D1:5"], "category": 1},
+    {"question": "What did Bob fix and grow?", "answer": "a bicycle and tomatoes",
+     "evidence": ["D1:4", "D1:6"], "category": 1},
+    {"question": "Which instrument?", "answer": "cello", "evidence": ["D1:5"], "category": 3}
+  ]
+}]"#;
+
+#[test]
+fn provenance_and_answer_recall_agree_when_items_are_turns() {
+    let ds = locomo::parse(ONE_WORD_PER_TURN).unwrap();
+    let mut o = opts("rag");
+    o.retrievers = vec![Retriever::Dense, Retriever::Bm25];
+    o.ks = vec![1, 2, 3];
+    o.budgets = vec![12, 25, 40];
+    let dir = tempfile::tempdir().unwrap();
+    let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
+    let mut partial = false;
+    for r in &out.runs {
+        for row in r.report.categories.iter().chain([&r.report.overall]) {
+            for m in &row.per_cut {
+                assert_eq!(m.scored, m.answer_scored);
+                let (e, a) = (m.mean_recall.unwrap(), m.mean_answer_recall.unwrap());
+                assert!(
+                    (e - a).abs() < 1e-12,
+                    "{} {} {:?}: {e} vs {a}",
+                    r.retriever,
+                    row.name,
+                    m.cut
+                );
+                partial |= e > 0.0 && e < 1.0;
+            }
+        }
+    }
+    assert!(partial, "the fixture must exercise partial recall");
+}
+
+/// The JSON layout, with every value replaced by its type: arrays by the
+/// shape of their first element.
+fn shape(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(_) => "bool".into(),
+        Value::Number(_) => "number".into(),
+        Value::String(_) => "string".into(),
+        Value::Array(a) => Value::Array(a.first().map(shape).into_iter().collect()),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), shape(v))).collect()),
+    }
+}
+
+#[test]
+fn json_schema_is_stable() {
+    let ds = locomo::parse(FIXTURE).unwrap();
+    let mut o = opts("hema");
+    o.budgets = vec![500];
+    let dir = tempfile::tempdir().unwrap();
+    let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
+    let got = shape(&out.to_json());
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/eval_schema_v2.json");
+    if std::env::var_os("DENTATE_BLESS").is_some() {
+        std::fs::write(path, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
+    }
+    let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(
+        got, want,
+        "the JSON layout changed: bump JSON_SCHEMA_VERSION and the fixture"
+    );
+    assert_eq!(out.to_json()["schema"], eval::JSON_SCHEMA_VERSION);
 }
 
 #[test]
@@ -108,7 +256,7 @@ fn answers_are_generated_and_judged() {
     o.judge_llm = Some(llm);
     let dir = tempfile::tempdir().unwrap();
     let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
-    let rows = out.judge.unwrap();
+    let rows = out.runs[0].judge.clone().unwrap();
     let overall = rows.iter().find(|r| r.category.is_none()).unwrap();
     // Five answerable questions in categories 1–4, one judged CORRECT.
     assert_eq!((overall.judged, overall.correct), (5, 1));

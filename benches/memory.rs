@@ -2,14 +2,17 @@
 //! embedding with the hashing embedder + dense vector search + provenance
 //! lookup in SQLite) for the RAG and HEMA pipelines, with the automatic
 //! IVF-OPQ-PQ index against the exact index in the same run; and index
-//! memory per item (printed).
+//! memory per item (printed). The RAG memory is also searched with the BM25
+//! and hybrid retrievers, and a bare `LexicalIndex` over the same turns
+//! measures BM25 search alone (build time and bytes per document printed).
 //!
 //! `cargo bench --bench memory` (HEMA reports 14–22 ms per turn and 1.2 GB
-//! for 50K vectors).
+//! for 50K vectors); `RAYON_NUM_THREADS=1` for one core.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use dentate_core::LexicalIndex;
 use dentate_embed::HashingEmbedder;
-use dentate_memory::{HemaConfig, Memory, NewMessage, PipelineKind, Retriever, VectorMemoryConfig};
+use dentate_memory::{DEFAULT_FUSION, HemaConfig, Memory, NewMessage, PipelineKind, Retriever, VectorMemoryConfig};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,14 +110,57 @@ fn bench(c: &mut Criterion) {
             bytes as f64 / live.max(1) as f64,
             std::fs::metadata(dir.path().join("memory.db")).map_or(0, |m| m.len()) as f64 / 1e6
         );
-        let mut i = 0;
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % queries.len();
-                black_box(m.retrieve("u", &queries[i], 5).expect("retrieve"))
-            })
-        });
+        let retrievers: &[(&str, Retriever)] = if name == "rag/ivfpq" {
+            &[
+                ("", Retriever::Dense),
+                ("/bm25", Retriever::Bm25),
+                ("/hybrid", Retriever::Hybrid(DEFAULT_FUSION)),
+            ]
+        } else {
+            &[("", Retriever::Dense)]
+        };
+        for &(suffix, retriever) in retrievers {
+            m.set_retriever(retriever);
+            let mut i = 0;
+            g.bench_function(format!("{name}{suffix}"), |b| {
+                b.iter(|| {
+                    i = (i + 1) % queries.len();
+                    black_box(m.retrieve("u", &queries[i], 5).expect("retrieve"))
+                })
+            });
+        }
     }
+    g.finish();
+
+    // BM25 alone over the same turn texts.
+    let n = n_turns();
+    let docs: Vec<String> = turns(n)
+        .into_iter()
+        .map(|t| format!("{}: {}", t.speaker, t.text))
+        .collect();
+    let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let t = std::time::Instant::now();
+    let mut lex = LexicalIndex::new();
+    lex.add(&ids, &refs).expect("lexical add");
+    let build_s = t.elapsed().as_secs_f64();
+    let file = lex.to_bytes().len();
+    eprintln!(
+        "lexical: {n} turns indexed in {build_s:.2} s ({:.0} docs/s), {} terms; {:.0} heap bytes/doc, {:.0} file bytes/doc",
+        n as f64 / build_s,
+        lex.vocabulary_len(),
+        lex.memory_bytes() as f64 / n as f64,
+        file as f64 / n as f64
+    );
+    let mut g = c.benchmark_group(format!("lexical_{}k", n / 1000));
+    g.sample_size(50).measurement_time(Duration::from_secs(3));
+    let mut i = 0;
+    g.bench_function("bm25_top5", |b| {
+        b.iter(|| {
+            i = (i + 1) % queries.len();
+            black_box(lex.search(&queries[i], 5).expect("search"))
+        })
+    });
     g.finish();
 }
 

@@ -178,3 +178,72 @@ fn fusion_is_deterministic_and_documented() {
     ));
     assert_eq!(fuse(&[], &[], Fusion::Rrf { c: 60.0 }, 3).unwrap(), vec![]);
 }
+
+/// A flat and an IVF-PQ index over the same ids as a lexical index: the one
+/// hybrid call fuses both lists, filters by namespace, and rejects bad input.
+#[test]
+fn hybrid_search_over_exact_and_ivfpq_indexes() {
+    use dentate::{FlatIndex, Index, IvfPqConfig, IvfPqIndex, hybrid_search};
+    let dim = 16;
+    let n = 600u64;
+    let texts: Vec<String> = (0..n)
+        .map(|i| format!("note {i} about topic{} and colour{}", i % 7, i % 11))
+        .collect();
+    let mut lex = LexicalIndex::new();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let ids: Vec<u64> = (0..n).collect();
+    lex.add(&ids, &refs).unwrap();
+    // Vector i points mostly along axis i % dim.
+    let mut vectors = vec![0.01f32; n as usize * dim];
+    for i in 0..n as usize {
+        vectors[i * dim + i % dim] = 1.0;
+        vectors[i * dim + (i / dim) % dim] += 0.3;
+    }
+    let mut flat = FlatIndex::new(dim);
+    flat.add(&ids, &vectors).unwrap();
+    let mut cfg = IvfPqConfig::new(8, 4);
+    cfg.nprobe = 8;
+    cfg.rerank = 8;
+    let mut ivf = IvfPqIndex::new(dim, cfg).unwrap();
+    ivf.train(&vectors).unwrap();
+    ivf.add(&ids, &vectors).unwrap();
+    let mut q = vec![0.0f32; dim];
+    q[3] = 1.0;
+    let fusion = Fusion::Rrf { c: 60.0 };
+    for index in [&flat as &dyn Index, &ivf as &dyn Index] {
+        let hits = hybrid_search(index, &lex, &q, "topic3 colour5", 10, fusion, None).unwrap();
+        assert_eq!(hits.len(), 10);
+        // Equal to fusing the two lists by hand, each candidate_depth deep.
+        let dense = index.search(&q, dentate::candidate_depth(10)).unwrap().remove(0);
+        let lexical = lex.search("topic3 colour5", dentate::candidate_depth(10)).unwrap();
+        assert_eq!(hits, fuse(&dense, &lexical, fusion, 10).unwrap());
+        // The best hit matches both words and points along axis 3.
+        let best = hits[0].id as usize;
+        assert!(best % 7 == 3 && best % 11 == 5 && best % dim == 3, "{hits:?}");
+        // Namespace filter: only even ids, still 10 of them.
+        let even = |id: u64| id.is_multiple_of(2);
+        let f = hybrid_search(index, &lex, &q, "topic3 colour5", 10, fusion, Some(&even)).unwrap();
+        assert_eq!(f.len(), 10);
+        assert!(f.iter().all(|h| h.id.is_multiple_of(2)));
+        // A filter that keeps almost nothing searches to the end.
+        let one = |id: u64| id == 599;
+        let f = hybrid_search(index, &lex, &q, "topic3", 5, fusion, Some(&one)).unwrap();
+        assert_eq!(f.iter().map(|h| h.id).collect::<Vec<_>>(), [599]);
+        // Bad input is typed.
+        assert!(matches!(
+            hybrid_search(index, &lex, &q[..3], "x", 5, fusion, None),
+            Err(Error::DimensionMismatch { expected: 16, got: 3 })
+        ));
+        assert!(matches!(
+            hybrid_search(index, &lex, &q, "x", 0, fusion, None),
+            Err(Error::ZeroK)
+        ));
+        let mut nan = q.clone();
+        nan[0] = f32::NAN;
+        assert!(hybrid_search(index, &lex, &nan, "x", 5, fusion, None).is_err());
+    }
+    // An empty vector index leaves the lexical list.
+    let empty = FlatIndex::new(dim);
+    let hits = hybrid_search(&empty, &lex, &q, "topic3 colour5", 3, fusion, None).unwrap();
+    assert_eq!(hits.len(), 3);
+}

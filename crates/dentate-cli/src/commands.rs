@@ -1,8 +1,13 @@
 //! Subcommands other than `bench`, and helpers shared with it.
 
+use crate::embedcmd::{EmbedderArgs, make_embedder};
 use clap::{Args, Subcommand};
 use dentate_core::data::{Matrix, SynthConfig, clustered, read_f32, read_i64, recall_at_k, write_fvecs, write_ivecs};
-use dentate_core::{AnyIndex, FlatIndex, Hit, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
+use dentate_core::{
+    AnyIndex, FlatIndex, Hit, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, LexicalIndex, Precision,
+    hybrid_search,
+};
+use dentate_memory::Retriever;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -32,9 +37,12 @@ pub struct QuickstartArgs {
 /// `dentate index …`
 #[derive(Subcommand, Debug)]
 pub enum IndexCommand {
-    /// Build an index from a vector file; row numbers become ids.
+    /// Build an index from a vector file (or a text file, one document per
+    /// line, embedded) and optionally a BM25 index of the texts beside it;
+    /// row numbers become ids.
     Build(BuildArgs),
-    /// Search an index with a query file; prints one JSON line per query.
+    /// Search an index with a query file, or with a text (hybrid dense +
+    /// BM25 by default); prints one JSON line per query.
     Search(SearchArgs),
     /// Describe an index file.
     Info {
@@ -47,9 +55,17 @@ pub enum IndexCommand {
 /// Arguments of `dentate index build`.
 #[derive(Args, Debug)]
 pub struct BuildArgs {
-    /// Vectors (.fvecs or .npy).
+    /// Vectors (.fvecs or .npy); without it, --texts are embedded with
+    /// --embedder.
+    #[arg(long, required_unless_present = "texts")]
+    pub input: Option<PathBuf>,
+    /// Text file, one document per line (line n ↔ vector n): also build a
+    /// BM25 index of it.
     #[arg(long)]
-    pub input: PathBuf,
+    pub texts: Option<PathBuf>,
+    /// Where the BM25 index goes (default: the output with extension .lex).
+    #[arg(long)]
+    pub lexical: Option<PathBuf>,
     /// Index file to write.
     #[arg(long)]
     pub output: PathBuf,
@@ -74,6 +90,8 @@ pub struct BuildArgs {
     /// Keep no vectors for re-ranking (ivfpq; smallest index).
     #[arg(long)]
     pub no_rerank_store: bool,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
 }
 
 /// Arguments of `dentate index search`.
@@ -83,8 +101,22 @@ pub struct SearchArgs {
     #[arg(long)]
     pub index: PathBuf,
     /// Queries (.fvecs or .npy).
+    #[arg(long, required_unless_present = "text", conflicts_with = "text")]
+    pub queries: Option<PathBuf>,
+    /// A text query (repeatable): embedded with --embedder for the dense
+    /// side, analysed for BM25 on the lexical side.
     #[arg(long)]
-    pub queries: PathBuf,
+    pub text: Vec<String>,
+    /// With --text: hybrid (default fusion), dense, bm25, rrf[:C] or
+    /// weighted:W.
+    #[arg(long, default_value = "hybrid")]
+    pub retriever: String,
+    /// The BM25 index (default: the index with extension .lex).
+    #[arg(long)]
+    pub lexical: Option<PathBuf>,
+    /// Text file the index was built from: print each hit's line.
+    #[arg(long)]
+    pub texts: Option<PathBuf>,
     /// Neighbours per query.
     #[arg(long, default_value_t = 10)]
     pub k: usize,
@@ -94,6 +126,8 @@ pub struct SearchArgs {
     /// Re-rank factor (ivfpq; default: the index's).
     #[arg(long)]
     pub rerank: Option<usize>,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
 }
 
 /// `dentate data …`
@@ -392,49 +426,174 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
     Ok(())
 }
 
+/// The lines of a text file, one document each; empty lines are refused
+/// (line n is the document of vector n).
+fn read_lines(p: &Path) -> Res<Vec<String>> {
+    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    if let Some(i) = lines.iter().position(|l| l.trim().is_empty()) {
+        return Err(format!("{}: line {} is empty (one document per line)", p.display(), i + 1).into());
+    }
+    if lines.is_empty() {
+        return Err(format!("{}: no documents", p.display()).into());
+    }
+    Ok(lines)
+}
+
+fn build_cmd(a: &BuildArgs) -> Res<()> {
+    let texts = a.texts.as_deref().map(read_lines).transpose()?;
+    let base = match (&a.input, &texts) {
+        (Some(p), _) => read_matrix(p)?,
+        (None, Some(t)) => {
+            let e = make_embedder(&a.embedder)?;
+            let refs: Vec<&str> = t.iter().map(String::as_str).collect();
+            let mut data = Vec::with_capacity(t.len() * e.dim());
+            for chunk in refs.chunks(256) {
+                data.extend(e.embed(chunk)?);
+            }
+            eprintln!("embedded {} documents with {}", t.len(), e.name());
+            Matrix {
+                rows: t.len(),
+                cols: e.dim(),
+                data,
+            }
+        }
+        (None, None) => return Err("give --input vectors or --texts".into()),
+    };
+    if let Some(t) = &texts
+        && t.len() != base.rows
+    {
+        return Err(format!(
+            "{} texts but {} vectors: line n must be the document of vector n",
+            t.len(),
+            base.rows
+        )
+        .into());
+    }
+    let spec = IndexSpec {
+        kind: a.index.clone(),
+        nlist: a.nlist,
+        m: a.m,
+        opq: a.opq,
+        precision: a.precision.parse()?,
+        opq_iterations: a.opq_iterations,
+        rerank_store: !a.no_rerank_store,
+    };
+    let (idx, secs) = build_index(&spec, &base, true)?;
+    idx.as_index().save(&a.output)?;
+    eprintln!(
+        "built {} index of {} vectors in {secs:.2} s → {}",
+        a.index,
+        base.rows,
+        a.output.display()
+    );
+    if let Some(t) = &texts {
+        let t0 = Instant::now();
+        let mut lex = LexicalIndex::new();
+        let ids: Vec<u64> = (0..t.len() as u64).collect();
+        let refs: Vec<&str> = t.iter().map(String::as_str).collect();
+        lex.add(&ids, &refs)?;
+        let path = a.lexical.clone().unwrap_or_else(|| a.output.with_extension("lex"));
+        lex.save(&path)?;
+        eprintln!(
+            "built BM25 index of {} documents ({} terms) in {:.2} s → {}",
+            lex.len(),
+            lex.vocabulary_len(),
+            t0.elapsed().as_secs_f64(),
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+fn search_cmd(a: &SearchArgs) -> Res<()> {
+    let idx = AnyIndex::load(&a.index)?;
+    let params = match &idx {
+        AnyIndex::IvfPq(ivf) => Some(IvfSearchParams {
+            nprobe: a.nprobe.unwrap_or(ivf.config().nprobe),
+            rerank: a.rerank.unwrap_or(ivf.config().rerank),
+        }),
+        AnyIndex::Flat(_) => None,
+    };
+    let dense = |q: &[f32], k: usize| -> Res<Vec<Vec<Hit>>> {
+        Ok(match (&idx, params) {
+            (AnyIndex::IvfPq(ivf), Some(p)) => ivf.search_with(q, k, p)?,
+            _ => idx.as_index().search(q, k)?,
+        })
+    };
+    let texts = a.texts.as_deref().map(read_lines).transpose()?;
+    let print = |i: usize, hits: &[Hit]| {
+        let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
+        let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
+        let mut v = serde_json::json!({"query": i, "ids": ids, "scores": scores});
+        if let Some(t) = &texts {
+            v["texts"] = hits
+                .iter()
+                .map(|h| usize::try_from(h.id).ok().and_then(|i| t.get(i)).cloned())
+                .collect::<Vec<_>>()
+                .into();
+        }
+        println!("{v}");
+    };
+    if let Some(qp) = &a.queries {
+        let q = read_matrix(qp)?;
+        for (i, hits) in dense(&q.data, a.k)?.iter().enumerate() {
+            print(i, hits);
+        }
+        return Ok(());
+    }
+    let retriever = Retriever::parse(&a.retriever)?;
+    let lexical = match retriever {
+        Retriever::Dense => None,
+        _ => {
+            let path = a.lexical.clone().unwrap_or_else(|| a.index.with_extension("lex"));
+            if !path.exists() {
+                return Err(format!(
+                    "no BM25 index at {}: build one with `dentate index build --texts FILE`, or use --retriever dense",
+                    path.display()
+                )
+                .into());
+            }
+            Some(LexicalIndex::load(&path)?)
+        }
+    };
+    let embedder = match retriever {
+        Retriever::Bm25 => None,
+        _ => Some(make_embedder(&a.embedder)?),
+    };
+    for (i, text) in a.text.iter().enumerate() {
+        let vector = match &embedder {
+            Some(e) => {
+                if e.dim() != idx.as_index().dim() {
+                    return Err(format!(
+                        "embedder {} gives {}-d vectors but the index holds {}-d ones: use the embedder it was built with",
+                        e.name(),
+                        e.dim(),
+                        idx.as_index().dim()
+                    )
+                    .into());
+                }
+                e.embed(&[text.as_str()])?
+            }
+            None => Vec::new(),
+        };
+        let hits = match (retriever, &lexical) {
+            (Retriever::Dense, _) => dense(&vector, a.k)?.remove(0),
+            (Retriever::Bm25, Some(lex)) => lex.search(text, a.k)?,
+            (Retriever::Hybrid(fusion), Some(lex)) => {
+                hybrid_search(idx.as_index(), lex, &vector, text, a.k, fusion, None)?
+            }
+            (_, None) => return Err("no BM25 index loaded".into()),
+        };
+        print(i, &hits);
+    }
+    Ok(())
+}
+
 pub(crate) fn index(c: IndexCommand) -> Res<()> {
     match c {
-        IndexCommand::Build(a) => {
-            let base = read_matrix(&a.input)?;
-            let spec = IndexSpec {
-                kind: a.index.clone(),
-                nlist: a.nlist,
-                m: a.m,
-                opq: a.opq,
-                precision: a.precision.parse()?,
-                opq_iterations: a.opq_iterations,
-                rerank_store: !a.no_rerank_store,
-            };
-            let (idx, secs) = build_index(&spec, &base, true)?;
-            idx.as_index().save(&a.output)?;
-            eprintln!(
-                "built {} index of {} vectors in {secs:.2} s → {}",
-                a.index,
-                base.rows,
-                a.output.display()
-            );
-            Ok(())
-        }
-        IndexCommand::Search(a) => {
-            let idx = AnyIndex::load(&a.index)?;
-            let q = read_matrix(&a.queries)?;
-            let res = match &idx {
-                AnyIndex::IvfPq(ivf) => {
-                    let p = IvfSearchParams {
-                        nprobe: a.nprobe.unwrap_or(ivf.config().nprobe),
-                        rerank: a.rerank.unwrap_or(ivf.config().rerank),
-                    };
-                    ivf.search_with(&q.data, a.k, p)?
-                }
-                AnyIndex::Flat(f) => f.search(&q.data, a.k)?,
-            };
-            for (i, hits) in res.iter().enumerate() {
-                let ids: Vec<u64> = hits.iter().map(|h| h.id).collect();
-                let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
-                println!("{}", serde_json::json!({"query": i, "ids": ids, "scores": scores}));
-            }
-            Ok(())
-        }
+        IndexCommand::Build(a) => build_cmd(&a),
+        IndexCommand::Search(a) => search_cmd(&a),
         IndexCommand::Info { index } => {
             let bytes = std::fs::metadata(&index)?.len();
             let idx = AnyIndex::load(&index)?;

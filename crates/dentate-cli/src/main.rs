@@ -28,6 +28,9 @@ enum Command {
     /// Build, search and inspect index files.
     #[command(subcommand)]
     Index(commands::IndexCommand),
+    /// Search an index (same as `dentate index search`): with --text, hybrid
+    /// dense + BM25 over an index built with --texts.
+    Search(commands::SearchArgs),
     /// Generate data files.
     #[command(subcommand)]
     Data(commands::DataCommand),
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Quickstart(a) => commands::quickstart(&a),
         Command::Bench(a) => bench::run(&a),
         Command::Index(c) => commands::index(c),
+        Command::Search(a) => commands::index(commands::IndexCommand::Search(a)),
         Command::Data(c) => commands::data(c),
         Command::Embed(a) => embedcmd::embed(&a),
         Command::Model(c) => embedcmd::model(c),

@@ -371,3 +371,78 @@ fn eval_locomo_prints_per_category_tables() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+#[test]
+fn text_index_build_and_hybrid_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(
+        &notes,
+        "Caroline went to the LGBTQ support group on 7 May 2023.\n\
+         Melanie painted a sunrise over the lake last year.\n\
+         The marathon in Berlin is in September.\n\
+         Caroline is researching adoption agencies.\n\
+         Melanie's kids love dinosaurs and camping.\n",
+    )
+    .unwrap();
+    let idx = dir.path().join("idx.dnt");
+    run_ok(
+        dentate()
+            .args(["index", "build", "--index", "flat", "--embedder", "hash:128", "--texts"])
+            .arg(&notes)
+            .arg("--output")
+            .arg(&idx),
+    );
+    assert!(dir.path().join("idx.lex").exists());
+    let search = |extra: &[&str]| -> serde_json::Value {
+        let out = run_ok(
+            dentate()
+                .args(["search", "--embedder", "hash:128", "--k", "2", "--index"])
+                .arg(&idx)
+                .arg("--texts")
+                .arg(&notes)
+                .args(extra),
+        );
+        serde_json::from_str(out.lines().next().unwrap()).unwrap()
+    };
+    for retriever in ["hybrid", "bm25", "dense", "rrf"] {
+        let v = search(&["--retriever", retriever, "--text", "Who loves dinosaurs?"]);
+        assert_eq!(v["ids"][0], 4, "{retriever}: {v}");
+        assert!(v["texts"][0].as_str().unwrap().contains("dinosaurs"));
+    }
+    // BM25 finds nothing for words absent from every document.
+    let v = search(&["--retriever", "bm25", "--text", "quantum chromodynamics"]);
+    assert_eq!(v["ids"], serde_json::json!([]));
+    // Wrong embedder, missing lexical index, line counts that disagree.
+    let out = dentate()
+        .args(["search", "--text", "x", "--embedder", "hash:64", "--index"])
+        .arg(&idx)
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("128-d"));
+    let out = dentate()
+        .args(["search", "--text", "x", "--lexical", "/nonexistent.lex", "--index"])
+        .arg(&idx)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no BM25 index"));
+    let vecs = dir.path().join("v.fvecs");
+    run_ok(
+        dentate()
+            .args(["embed", "--embedder", "hash:128", "--input"])
+            .arg(&notes)
+            .arg("--output")
+            .arg(&vecs),
+    );
+    std::fs::write(dir.path().join("short.txt"), "one line only\n").unwrap();
+    let out = dentate()
+        .args(["index", "build", "--index", "flat", "--input"])
+        .arg(&vecs)
+        .arg("--texts")
+        .arg(dir.path().join("short.txt"))
+        .arg("--output")
+        .arg(dir.path().join("bad.dnt"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 texts but 5 vectors"));
+}

@@ -7,10 +7,86 @@
 //!   (an id missing from a list scores 0 there).
 //!
 //! Both are deterministic: ties go to the smaller id.
+//!
+//! [`hybrid_search`] is the one call: dense search on any [`Index`] (exact,
+//! IVF-PQ) and BM25 on a [`LexicalIndex`] over the same ids, each
+//! [`candidate_depth`] deep, optionally filtered (a namespace, a user), then
+//! fused.
 
 use crate::error::{Error, Result};
+use crate::index::Index;
+use crate::lexical::LexicalIndex;
 use crate::topk::Hit;
 use std::collections::HashMap;
+
+/// How deep each list is retrieved before fusing for a final `k`:
+/// `max(4k, 20)`, so an item ranked low in one list and high in the other
+/// still meets the fusion.
+pub fn candidate_depth(k: usize) -> usize {
+    k.saturating_mul(4).max(20)
+}
+
+/// Dense search of `vector` on `index` and BM25 search of `text` on
+/// `lexical`, fused into the best `k`. With `filter`, only ids it accepts
+/// are kept: each list is searched deeper (doubling) until it holds
+/// [`candidate_depth`] accepted hits or the index is exhausted.
+///
+/// Errors: [`Error::ZeroK`], a wrong-dimension or non-finite `vector`, a
+/// fusion parameter out of range. An empty index contributes an empty list.
+pub fn hybrid_search(
+    index: &dyn Index,
+    lexical: &LexicalIndex,
+    vector: &[f32],
+    text: &str,
+    k: usize,
+    fusion: Fusion,
+    filter: Option<&dyn Fn(u64) -> bool>,
+) -> Result<Vec<Hit>> {
+    if k == 0 {
+        return Err(Error::ZeroK);
+    }
+    if vector.len() != index.dim() {
+        return Err(Error::DimensionMismatch {
+            expected: index.dim(),
+            got: vector.len(),
+        });
+    }
+    crate::vector::check_queries(vector, index.dim(), k)?;
+    let want = candidate_depth(k);
+    let keep = |hits: Vec<Hit>| -> Vec<Hit> {
+        match filter {
+            Some(f) => hits.into_iter().filter(|h| f(h.id)).collect(),
+            None => hits,
+        }
+    };
+    // Grows the depth until `want` accepted hits or fewer raw hits than asked.
+    let deepen = |search: &dyn Fn(usize) -> Result<Vec<Hit>>, total: usize| -> Result<Vec<Hit>> {
+        let mut depth = want;
+        loop {
+            let raw = search(depth)?;
+            let exhausted = raw.len() < depth || depth >= total;
+            let kept = keep(raw);
+            if kept.len() >= want || exhausted {
+                return Ok(kept);
+            }
+            depth = depth.saturating_mul(2);
+        }
+    };
+    let dense = if index.is_empty() {
+        Vec::new()
+    } else {
+        deepen(
+            &|d| Ok(index.search(vector, d)?.into_iter().next().unwrap_or_default()),
+            index.len(),
+        )?
+    };
+    let lex = if lexical.is_empty() {
+        Vec::new()
+    } else {
+        deepen(&|d| lexical.search(text, d), lexical.len())?
+    };
+    fuse(&dense, &lex, fusion, k)
+}
 
 /// How to fuse a dense and a lexical ranking.
 #[derive(Debug, Clone, Copy, PartialEq)]

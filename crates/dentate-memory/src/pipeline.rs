@@ -261,7 +261,7 @@ impl Vectors {
             }
             Retriever::Hybrid(fusion) => {
                 let q = embed_query(env, query)?;
-                let depth = (4 * k).max(20);
+                let depth = dentate_core::candidate_depth(k);
                 let dense = as_hits(&self.get(env)?.search(&q, depth)?);
                 let lexical = self.lexical(env)?.search(query, depth)?;
                 Ok(to_pairs(fuse(&dense, &lexical, fusion, k)?))

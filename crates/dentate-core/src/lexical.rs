@@ -443,30 +443,46 @@ impl LexicalIndex {
         let mut terms = self.analyzer.terms(query);
         terms.sort_unstable();
         terms.dedup();
-        let mut scores: HashMap<u32, f64> = HashMap::new();
         let (k1, b) = (f64::from(self.params.k1), f64::from(self.params.b));
+        // tf·(k1 + 1) / (tf + k1·(1 − b) + k1·b/avgdl · dl), per posting.
+        let (c1, c2) = ((k1 * (1.0 - b)) as f32, (k1 * b / avgdl) as f32);
+        let clean = self.tombstones() == 0;
+        let live = |row: u32| clean || self.alive.get(row as usize);
+        // Dense accumulator over rows (zeroed: 4 bytes a row), with the
+        // rows touched so the top-k pass visits only those.
+        let mut acc = vec![0.0f32; self.ids.len()];
+        let mut touched: Vec<u32> = Vec::new();
         for t in &terms {
             let Some(&tid) = self.vocab.get(t) else { continue };
             let list = &self.postings[tid as usize];
-            let df = list.iter().filter(|(r, _)| self.alive.get(*r as usize)).count();
+            let df = if clean {
+                list.len()
+            } else {
+                list.iter().filter(|(r, _)| live(*r)).count()
+            };
             if df == 0 {
                 continue;
             }
             let idf = (1.0 + (n as f64 - df as f64 + 0.5) / (df as f64 + 0.5)).ln();
+            let w = (idf * (k1 + 1.0)) as f32;
             for &(row, tf) in list {
-                if !self.alive.get(row as usize) {
+                if !live(row) {
                     continue;
                 }
-                let tf = f64::from(tf);
-                let dl = f64::from(self.doc_len[row as usize]);
-                let s = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl));
-                *scores.entry(row).or_insert(0.0) += s;
+                let tf = tf as f32;
+                let dl = self.doc_len[row as usize] as f32;
+                let a = &mut acc[row as usize];
+                if *a == 0.0 {
+                    touched.push(row);
+                }
+                // Every contribution is > 0, so 0.0 means untouched.
+                *a += w * tf / (tf + c1 + c2 * dl);
             }
         }
         let mut top = TopK::new(k);
-        for (row, s) in scores {
+        for row in touched {
             top.push(Cand {
-                score: s as f32,
+                score: acc[row as usize],
                 id: self.ids[row as usize],
                 row,
             });

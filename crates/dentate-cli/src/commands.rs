@@ -1,6 +1,6 @@
 //! Subcommands other than `bench`, and helpers shared with it.
 
-use crate::embedcmd::{EmbedderArgs, make_embedder};
+use crate::embedcmd::{EmbedderArgs, embed_all, make_embedder};
 use clap::{Args, Subcommand};
 use dentate_core::data::{Matrix, SynthConfig, clustered, read_f32, read_i64, recall_at_k, write_fvecs, write_ivecs};
 use dentate_core::{
@@ -447,11 +447,8 @@ fn build_cmd(a: &BuildArgs) -> Res<()> {
         (None, Some(t)) => {
             let e = make_embedder(&a.embedder)?;
             let refs: Vec<&str> = t.iter().map(String::as_str).collect();
-            let mut data = Vec::with_capacity(t.len() * e.dim());
-            for chunk in refs.chunks(256) {
-                data.extend(e.embed(chunk)?);
-            }
-            eprintln!("embedded {} documents with {}", t.len(), e.name());
+            let (data, rate) = embed_all(e.as_ref(), &refs, "embedding")?;
+            eprintln!("embedded {} documents with {} at {rate:.1} texts/s", t.len(), e.name());
             Matrix {
                 rows: t.len(),
                 cols: e.dim(),

@@ -447,16 +447,16 @@ fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: 
     // item per 16 tokens, at least 32, is rarely short): double the depth
     // while everything retrieved fits and more may exist.
     let mut depth = kmax.unwrap_or(1).max(bmax.map_or(1, |b| b.div_ceil(16).max(32)));
-    let (hits, latency_us) = loop {
+    // The pack at the largest budget decides the depth; it is kept for
+    // scoring that cut.
+    let (hits, latency_us, mut largest) = loop {
         let t = Instant::now();
         let hits = mem.retrieve(user, &qa.question, depth)?;
         let latency_us = t.elapsed().as_micros() as u64;
-        let more = match bmax {
-            Some(b) => hits.len() == depth && packer.pack(&hits, Cut::Budget(b)).exhausted,
-            None => false,
-        };
+        let largest = bmax.map(|b| packer.pack(&hits, Cut::Budget(b)));
+        let more = hits.len() == depth && largest.as_ref().is_some_and(|p| p.exhausted);
         if !more {
-            break (hits, latency_us);
+            break (hits, latency_us, largest);
         }
         depth *= 2;
     };
@@ -467,7 +467,11 @@ fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: 
     let cuts = cuts
         .iter()
         .map(|&cut| {
-            let packed = packer.pack(&hits, cut);
+            let packed = match cut {
+                Cut::Budget(b) if Some(b) == bmax => largest.take(),
+                _ => None,
+            }
+            .unwrap_or_else(|| packer.pack(&hits, cut));
             let used = &hits[..packed.items];
             // A summary cites its whole block of messages without quoting
             // them: it covers no evidence turn.

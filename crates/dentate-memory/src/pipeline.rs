@@ -437,14 +437,14 @@ impl Packer {
     /// than the budget is truncated to it. Packing is monotone: a larger
     /// budget packs the same items or more.
     pub fn pack(&self, ranked: &[Retrieved], cut: Cut) -> Packed {
-        let lines: Vec<String> = ranked.iter().map(|r| (self.render)(&r.item) + "\n").collect();
-        let build = |standing: &str, n: usize| {
-            let mut t = standing.to_string();
-            lines[..n].iter().for_each(|l| t.push_str(l));
-            t
-        };
-        let (standing, n) = match cut {
-            Cut::K(k) => (self.standing.clone(), k.min(ranked.len())),
+        let line = |r: &Retrieved| (self.render)(&r.item) + "\n";
+        // Items are rendered only as far as the cut can reach.
+        let (standing, mut lines, limit) = match cut {
+            Cut::K(k) => (
+                self.standing.clone(),
+                ranked.iter().take(k).map(line).collect(),
+                usize::MAX,
+            ),
             Cut::Budget(budget) => {
                 let mut standing = self.standing.clone();
                 let mut max = budget;
@@ -452,30 +452,36 @@ impl Packer {
                     standing = tokens::truncate(&self.standing, max);
                     max = max.saturating_sub(1);
                 }
-                // Sum of per-line counts first (cheap), then the exact count
-                // of the joined text, dropping items while it is over.
+                // Sum of per-line counts first (cheap); the exact count of
+                // the joined text is checked below.
                 let mut used = tokens::count(&standing);
-                let mut n = 0;
-                for l in &lines {
-                    let t = tokens::count(l);
+                let mut lines: Vec<String> = Vec::new();
+                for r in ranked {
+                    let l = line(r);
+                    let t = tokens::count(&l);
                     if used + t > budget {
                         break;
                     }
                     used += t;
-                    n += 1;
+                    lines.push(l);
                 }
-                while n > 0 && tokens::count(&build(&standing, n)) > budget {
-                    n -= 1;
-                }
-                (standing, n)
+                (standing, lines, budget)
             }
         };
-        let text = build(&standing, n);
-        Packed {
-            tokens: tokens::count(&text),
-            text,
-            items: n,
-            exhausted: n == ranked.len(),
+        // Drop items while the joined text is over the budget (BPE merges
+        // across line ends can make it a token or two longer than the sum).
+        loop {
+            let text = standing.clone() + &lines.concat();
+            let tokens = tokens::count(&text);
+            if tokens <= limit || lines.is_empty() {
+                return Packed {
+                    text,
+                    tokens,
+                    items: lines.len(),
+                    exhausted: lines.len() == ranked.len(),
+                };
+            }
+            lines.pop();
         }
     }
 }

@@ -51,7 +51,7 @@ pub struct MemoryArgs {
     /// User namespace.
     #[arg(long)]
     pub user: String,
-    /// Pipeline: hema or rag.
+    /// Pipeline: hema, rag or nemori.
     #[arg(long, default_value = "hema")]
     pub pipeline: String,
     /// Retriever: hybrid (dense + BM25, fused), dense, bm25, rrf[:C] or weighted:W.
@@ -84,12 +84,18 @@ pub enum MemoryCommand {
     Ingest {
         #[command(flatten)]
         m: MemoryArgs,
-        /// Conversation file.
+        /// Conversation file. Without it, only the stored messages not yet
+        /// processed are processed (resuming after a crash or a model
+        /// failure).
         #[arg(long)]
-        input: PathBuf,
+        input: Option<PathBuf>,
         /// LoCoMo sample to ingest, when the file holds several.
         #[arg(long)]
         sample: Option<String>,
+        /// Leave the conversation open: more messages will follow (Nemori
+        /// keeps its last episode open instead of closing it at the end).
+        #[arg(long)]
+        keep_open: bool,
     },
     /// Retrieve memories for a question and print the composed context.
     Ask {
@@ -174,11 +180,28 @@ fn print_hit(h: &Retrieved) {
 
 pub fn memory(c: MemoryCommand) -> Res<()> {
     match c {
-        MemoryCommand::Ingest { m, input, sample } => {
-            let msgs = read_conversation(&input, sample.as_deref())?;
+        MemoryCommand::Ingest {
+            m,
+            input,
+            sample,
+            keep_open,
+        } => {
+            let msgs = match &input {
+                Some(input) => read_conversation(input, sample.as_deref())?,
+                None => Vec::new(),
+            };
             let (mut mem, llm) = m.open_with_llm()?;
-            let ids = mem.add_messages(&m.user, &msgs)?;
-            eprintln!("stored {} messages for `{}` in {}", ids.len(), m.user, m.dir.display());
+            if input.is_some() {
+                let ids = mem.add_messages(&m.user, &msgs)?;
+                eprintln!("stored {} messages for `{}` in {}", ids.len(), m.user, m.dir.display());
+            } else if mem.store().message_count(&m.user)? == 0 {
+                return Err(format!(
+                    "no messages stored for user `{}` in {}; give --input",
+                    m.user,
+                    m.dir.display()
+                )
+                .into());
+            }
             let pb = ProgressBar::new(msgs.len() as u64);
             pb.set_style(
                 ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} [{elapsed}]")
@@ -190,10 +213,19 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
                 pb.set_length(total as u64);
                 pb.set_position(done as u64);
             });
+            let r = r.and_then(|mut r| {
+                if !keep_open {
+                    let f = mem.flush(&m.user)?;
+                    if f.items > 0 {
+                        r.items += f.items;
+                        r.live = f.live;
+                    }
+                }
+                Ok(r)
+            });
             pb.finish_and_clear();
-            let r = r.map_err(|e| {
-                format!("{e}\nthe messages are stored; run the same command without new input (or again) to resume")
-            })?;
+            let r =
+                r.map_err(|e| format!("{e}\nthe messages are stored; run the same command without --input to resume"))?;
             println!(
                 "{}: processed {} messages in {:.2} s: {} items made, {} forgotten, {} live",
                 mem.pipeline_name(),
@@ -258,7 +290,7 @@ pub struct LocomoArgs {
     /// LoCoMo JSON file.
     #[arg(long)]
     pub data: PathBuf,
-    /// Pipelines to compare, comma-separated: rag, hema.
+    /// Pipelines to compare, comma-separated: rag, hema, nemori.
     #[arg(long, default_value = "rag")]
     pub pipeline: String,
     /// Cut the ranked items at these numbers of items, comma-separated

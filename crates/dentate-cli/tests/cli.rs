@@ -446,3 +446,127 @@ fn text_index_build_and_hybrid_search() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("1 texts but 5 vectors"));
 }
+
+/// A conversation of `n` messages: a new session every 30 messages (one a
+/// day), and a new topic, opened with "By the way", every 8.
+fn long_chat(path: &Path, n: usize) {
+    let topics = [
+        ("cat", "Pixel the grey cat hides under the sofa and loves tuna"),
+        (
+            "marathon",
+            "the Berlin marathon training plan has forty kilometres a week",
+        ),
+        ("sister", "Clara designs museums in Lisbon near the river"),
+        ("bicycle", "the old blue bicycle needed new brakes and a chain"),
+        ("cello", "cello lessons with Ines are on Thursday evenings"),
+    ];
+    let mut out = String::new();
+    for i in 0..n {
+        let (topic, fact) = topics[(i / 8) % topics.len()];
+        let opener = if i % 8 == 0 { "By the way, " } else { "" };
+        let speaker = if i % 2 == 0 { "Ann" } else { "Bob" };
+        let day = i / 30;
+        let ts = 1_700_000_000 + day * 86_400 + (i % 30) * 60;
+        out.push_str(
+            &serde_json::json!({
+                "speaker": speaker,
+                "text": format!("{opener}message {i} about the {topic}: {fact}."),
+                "timestamp": ts,
+                "session": format!("day-{day}"),
+                "id": format!("m{i}"),
+            })
+            .to_string(),
+        );
+        out.push('\n');
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// `(kind, text, source ids)` of every live Nemori item, in id order.
+fn nemori_items(dir: &Path) -> Vec<(String, String, Vec<String>)> {
+    let store = dentate_memory::Store::open(dir).unwrap();
+    let mut out = Vec::new();
+    for it in store.items("ann", "nemori", None).unwrap() {
+        let refs = store.source_refs(&it.sources).unwrap();
+        out.push((it.kind, it.text, refs));
+    }
+    out
+}
+
+#[test]
+fn nemori_ingest_ask_stream_and_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = dir.path().join("chat.jsonl");
+    long_chat(&chat, 2400);
+    let ingest = |mem: &Path| {
+        let mut c = dentate();
+        c.args(["memory", "ingest", "--pipeline", "nemori", "--user", "ann", "--dir"])
+            .arg(mem);
+        c
+    };
+    // Uninterrupted.
+    let whole = dir.path().join("whole");
+    let out = run_ok(ingest(&whole).arg("--input").arg(&chat));
+    assert!(out.contains("nemori: processed 2400 messages"), "{out}");
+    let reference = nemori_items(&whole);
+    assert!(reference.iter().any(|i| i.0 == "episode") && reference.iter().any(|i| i.0 == "semantic"));
+    // Killed mid-ingest (SIGKILL), then resumed without --input.
+    let killed = dir.path().join("killed");
+    let mut child = ingest(&killed)
+        .arg("--input")
+        .arg(&chat)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let stored = killed.join("memory.db").exists()
+        && dentate_memory::Store::open(&killed)
+            .unwrap()
+            .message_count("ann")
+            .unwrap()
+            > 0;
+    if stored {
+        run_ok(&mut ingest(&killed));
+    } else {
+        run_ok(ingest(&killed).arg("--input").arg(&chat));
+    }
+    assert_eq!(
+        nemori_items(&killed),
+        reference,
+        "a kill loses nothing and changes nothing"
+    );
+    // `ask` reads the episodes and statements, with provenance.
+    let out = run_ok(
+        dentate()
+            .args(["memory", "ask", "--pipeline", "nemori", "--user", "ann", "--dir"])
+            .arg(&whole)
+            .arg("Who teaches the cello lessons?"),
+    );
+    assert!(out.contains("Ines") && out.contains("<original episode="), "{out}");
+    // Streaming: one message per call keeps the episode open until a
+    // boundary; the items equal those of one call per conversation.
+    let small = dir.path().join("small.jsonl");
+    long_chat(&small, 20);
+    let lines: Vec<String> = std::fs::read_to_string(&small)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let streamed = dir.path().join("streamed");
+    for (i, l) in lines.iter().enumerate() {
+        let one = dir.path().join("one.jsonl");
+        std::fs::write(&one, format!("{l}\n")).unwrap();
+        let mut c = ingest(&streamed);
+        c.arg("--input").arg(&one);
+        if i + 1 < lines.len() {
+            c.arg("--keep-open");
+        }
+        run_ok(&mut c);
+    }
+    let batch = dir.path().join("batch");
+    run_ok(ingest(&batch).arg("--input").arg(&small));
+    assert_eq!(nemori_items(&streamed), nemori_items(&batch));
+}

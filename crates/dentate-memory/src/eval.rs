@@ -571,7 +571,13 @@ pub fn run(
             let msgs = conversation_messages(conv);
             let before = opts.pipeline_llm.as_ref().map(|l| l.stats());
             let t0 = Instant::now();
-            let report = mem.ingest(user, &msgs)?;
+            let mut report = mem.ingest(user, &msgs)?;
+            // The conversation is complete: close what a pipeline holds open.
+            let closed = mem.flush(user)?;
+            if closed.items > 0 {
+                report.items += closed.items;
+                report.live = closed.live;
+            }
             cost.seconds += t0.elapsed().as_secs_f64();
             if let (Some(l), Some(b)) = (&opts.pipeline_llm, before) {
                 let a = l.stats();

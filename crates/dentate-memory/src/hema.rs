@@ -157,6 +157,7 @@ impl Hema {
             said_at: block.last().and_then(|m| m.msg.said_at),
             refers_to: block.first().and_then(|m| m.msg.said_at),
             vector: Some(vector),
+            parent: None,
         });
         st.level2 = match env.llm {
             Some(llm) => llm_merge(llm, &st.level2, &st.compact, self.cfg.summary_tokens)?,
@@ -210,6 +211,7 @@ impl Pipeline for Hema {
                     said_at: m.msg.said_at,
                     refers_to: m.msg.said_at,
                     vector: Some(vecs[i * dim..(i + 1) * dim].to_vec()),
+                    parent: None,
                 });
                 step.processed_through = Some(m.id);
                 let sos = self.cfg.sos_every > 0 && st.turn % self.cfg.sos_every == 0;

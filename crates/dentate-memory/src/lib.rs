@@ -9,7 +9,8 @@
 //! - [`Llm`] and [`OpenAiChat`]: any OpenAI-compatible chat endpoint, with
 //!   timeouts, retries, strict JSON parsing and one repair request
 //!   ([`ask_json`]); calls, tokens and latency are counted.
-//! - [`Pipeline`]s: the turn-level [`Rag`] baseline and [`Hema`].
+//! - [`Pipeline`]s: the turn-level [`Rag`] baseline, [`Hema`] and
+//!   [`Nemori`].
 //! - [`Memory`]: a directory, a pipeline, many users.
 //! - [`locomo`]: the LoCoMo dataset and the LLM-free evidence-recall
 //!   evaluation.
@@ -23,6 +24,7 @@ pub mod llm;
 pub mod locomo;
 mod memory;
 pub mod metrics;
+pub mod nemori;
 pub mod pipeline;
 pub mod rag;
 pub mod store;
@@ -36,7 +38,8 @@ pub use hema::{Hema, HemaConfig};
 pub use llm::{ChatConfig, ChatMessage, Llm, LlmError, LlmStats, OpenAiChat, ask_json};
 pub use memory::{Memory, PipelineKind};
 pub use metrics::Cut;
+pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{Composed, DEFAULT_FUSION, Env, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever};
 pub use rag::Rag;
-pub use store::{Item, Message, NewItem, NewMessage, Store};
+pub use store::{Item, ItemRef, Message, NewItem, NewMessage, Store};
 pub use vecmem::{VectorMemory, VectorMemoryConfig};

@@ -3,6 +3,7 @@
 use crate::error::{MemoryError, Result};
 use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
+use crate::nemori::{Nemori, NemoriConfig};
 use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever};
 use crate::rag::Rag;
 use crate::store::{NewMessage, Store, check_user};
@@ -19,24 +20,28 @@ pub enum PipelineKind {
     Rag(VectorMemoryConfig),
     /// HEMA.
     Hema(HemaConfig),
+    /// Nemori.
+    Nemori(NemoriConfig),
 }
 
 impl PipelineKind {
-    /// The pipeline's name (`rag`, `hema`).
+    /// The pipeline's name (`rag`, `hema`, `nemori`).
     pub fn name(&self) -> &'static str {
         match self {
             PipelineKind::Rag(_) => "rag",
             PipelineKind::Hema(_) => "hema",
+            PipelineKind::Nemori(_) => "nemori",
         }
     }
 
-    /// Parses `rag` or `hema` (default settings).
+    /// Parses `rag`, `hema` or `nemori` (default settings).
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "rag" => Ok(PipelineKind::Rag(VectorMemoryConfig::default())),
             "hema" => Ok(PipelineKind::Hema(HemaConfig::default())),
+            "nemori" => Ok(PipelineKind::Nemori(NemoriConfig::default())),
             other => Err(MemoryError::Invalid(format!(
-                "unknown pipeline `{other}` (expected rag or hema)"
+                "unknown pipeline `{other}` (expected rag, hema or nemori)"
             ))),
         }
     }
@@ -45,6 +50,7 @@ impl PipelineKind {
         match self {
             PipelineKind::Rag(c) => Box::new(Rag::new(c.clone())),
             PipelineKind::Hema(c) => Box::new(Hema::new(c.clone())),
+            PipelineKind::Nemori(c) => Box::new(Nemori::new(c.clone())),
         }
     }
 }
@@ -141,6 +147,14 @@ impl Memory {
     /// Processes the user's unprocessed messages.
     pub fn process(&mut self, user: &str, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport> {
         self.with(user, |p, env| p.ingest(env, progress))
+    }
+
+    /// Processes what the pipeline holds back for more messages (Nemori's
+    /// open episode), as when the conversation has ended. Call it after
+    /// the last message of a conversation; streaming callers that expect
+    /// more messages do not.
+    pub fn flush(&mut self, user: &str) -> Result<IngestReport> {
+        self.with(user, |p, env| p.flush(env))
     }
 
     /// [`Memory::add_messages`] then [`Memory::process`].

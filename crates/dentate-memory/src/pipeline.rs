@@ -136,6 +136,12 @@ pub trait Pipeline: Send {
     /// called as it goes. After an error, the next call resumes at the
     /// first message whose step was not committed.
     fn ingest(&mut self, env: &mut Env<'_>, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport>;
+    /// Processes what [`Pipeline::ingest`] holds back waiting for more
+    /// messages (Nemori: the open episode buffer), as when a conversation
+    /// has ended. Pipelines that hold nothing back do nothing.
+    fn flush(&mut self, _env: &mut Env<'_>) -> Result<IngestReport> {
+        Ok(IngestReport::default())
+    }
     /// The `k` items most relevant to `query`, best first.
     fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>>;
     /// A prompt for answering `query` within `budget` tokens.
@@ -188,6 +194,7 @@ pub(crate) fn check_embedder(env: &mut Env<'_>, pipeline: &str) -> Result<()> {
 #[derive(Debug)]
 pub(crate) struct Vectors {
     pipeline: &'static str,
+    kind: Option<&'static str>,
     cfg: VectorMemoryConfig,
     vm: Option<VectorMemory>,
     lexical: Option<LexicalIndex>,
@@ -198,14 +205,38 @@ impl Vectors {
     pub(crate) fn new(pipeline: &'static str, cfg: VectorMemoryConfig) -> Self {
         Vectors {
             pipeline,
+            kind: None,
             cfg,
             vm: None,
             lexical: None,
         }
     }
 
+    /// Not opened yet; indexes only the pipeline's items of `kind` (a
+    /// pipeline with several searchable kinds keeps one `Vectors` each).
+    pub(crate) fn of_kind(pipeline: &'static str, kind: &'static str, cfg: VectorMemoryConfig) -> Self {
+        Vectors {
+            kind: Some(kind),
+            ..Vectors::new(pipeline, cfg)
+        }
+    }
+
+    /// `user.pipeline[.kind].ext` beside the store.
+    fn path(&self, env: &Env<'_>, ext: &str) -> std::path::PathBuf {
+        let name = match self.kind {
+            Some(kind) => format!("{}.{}.{kind}.{ext}", env.user, self.pipeline),
+            None => format!("{}.{}.{ext}", env.user, self.pipeline),
+        };
+        env.store.dir().join(name)
+    }
+
     fn lexical_path(&self, env: &Env<'_>) -> std::path::PathBuf {
-        env.store.dir().join(format!("{}.{}.lex", env.user, self.pipeline))
+        self.path(env, "lex")
+    }
+
+    /// Number of live items in the vector index.
+    pub(crate) fn len(&mut self, env: &Env<'_>) -> Result<usize> {
+        Ok(self.get(env)?.len())
     }
 
     /// The BM25 index, loaded (or rebuilt from the store's item texts) on
@@ -213,7 +244,7 @@ impl Vectors {
     pub(crate) fn lexical(&mut self, env: &Env<'_>) -> Result<&mut LexicalIndex> {
         if self.lexical.is_none() {
             let path = self.lexical_path(env);
-            let texts = env.store.texts(env.user, self.pipeline)?;
+            let texts = env.store.texts(env.user, self.pipeline, self.kind)?;
             let loaded = LexicalIndex::load(&path).ok().filter(|l| {
                 l.len() == texts.len()
                     && texts
@@ -271,15 +302,14 @@ impl Vectors {
 
     /// The vector memory, opened (or rebuilt from the store) on first use.
     pub(crate) fn get(&mut self, env: &Env<'_>) -> Result<&mut VectorMemory> {
-        match &mut self.vm {
-            Some(vm) => Ok(vm),
-            slot => {
-                let path = env.store.dir().join(format!("{}.{}.dnt", env.user, self.pipeline));
-                let stored = env.store.vectors(env.user, self.pipeline)?;
-                let vm = VectorMemory::open(&path, env.embedder.dim(), self.cfg.clone(), stored)?;
-                Ok(slot.insert(vm))
-            }
+        if self.vm.is_none() {
+            let path = self.path(env, "dnt");
+            let stored = env.store.vectors(env.user, self.pipeline, self.kind)?;
+            self.vm = Some(VectorMemory::open(&path, env.embedder.dim(), self.cfg.clone(), stored)?);
         }
+        self.vm
+            .as_mut()
+            .ok_or_else(|| MemoryError::Invalid("vector index unavailable".into()))
     }
 
     /// Adds items made at `turn` (vectors and texts), then rebuilds the
@@ -287,14 +317,14 @@ impl Vectors {
     pub(crate) fn add(&mut self, env: &Env<'_>, ids: &[i64], turn: i64, vectors: &[f32], texts: &[&str]) -> Result<()> {
         let lex_ids: Vec<u64> = ids.iter().filter_map(|&i| u64::try_from(i).ok()).collect();
         self.lexical(env)?.add(&lex_ids, texts)?;
-        let pipeline = self.pipeline;
+        let (pipeline, kind) = (self.pipeline, self.kind);
         let vm = self.get(env)?;
         if !ids.is_empty() {
             vm.add(ids, turn, vectors)?;
         }
         vm.set_turn(turn);
         if vm.needs_rebuild() {
-            vm.rebuild(env.store.vectors(env.user, pipeline)?)?;
+            vm.rebuild(env.store.vectors(env.user, pipeline, kind)?)?;
         }
         Ok(())
     }
@@ -378,12 +408,7 @@ pub(crate) fn resolve(env: &Env<'_>, hits: &[(i64, f32)]) -> Result<Vec<Retrieve
     let mut out = Vec::with_capacity(hits.len());
     for &(id, score) in hits {
         let Some(item) = env.store.item(id)? else { continue };
-        let source_refs = env
-            .store
-            .messages(&item.sources)?
-            .into_iter()
-            .map(|m| m.msg.source_ref.unwrap_or_else(|| format!("#{}", m.id)))
-            .collect();
+        let source_refs = env.store.source_refs(&item.sources)?;
         out.push(Retrieved {
             item,
             score,
@@ -512,6 +537,7 @@ mod tests {
             said_at: Some(1_683_554_160),
             refers_to: None,
             turn: 1,
+            parent: None,
         };
         assert_eq!(render_item(&it), "[8 May 2023] Ann: hello");
     }
@@ -531,6 +557,7 @@ mod tests {
                     said_at: (i % 2 == 0).then_some(1_683_554_160 + 86_400 * i as i64),
                     refers_to: None,
                     turn: i as i64,
+                    parent: None,
                 },
                 score: 1.0 - i as f32 / 100.0,
                 source_refs: vec![format!("D1:{i}")],

@@ -56,6 +56,7 @@ impl Pipeline for Rag {
                         said_at: m.msg.said_at,
                         refers_to: m.msg.said_at,
                         vector: Some(v.to_vec()),
+                        parent: None,
                     })
                     .collect(),
                 processed_through: batch.last().map(|m| m.id),

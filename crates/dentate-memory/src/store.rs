@@ -55,6 +55,9 @@ const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL,
         PRIMARY KEY (user, pipeline, key)
      );",
+    // v2: an item derived from another item of the same pipeline (Nemori's
+    // semantic statements point at the episode they were learned from).
+    "ALTER TABLE items ADD COLUMN parent INTEGER REFERENCES items(id);",
 ];
 
 /// Current schema version.
@@ -103,6 +106,18 @@ pub struct NewItem {
     pub refers_to: Option<i64>,
     /// Embedding (stored as f16), if the item is searchable.
     pub vector: Option<Vec<f32>>,
+    /// The item it was derived from, if any.
+    pub parent: Option<ItemRef>,
+}
+
+/// A reference to an item from a [`NewItem`]: one already stored, or one
+/// added earlier in the same [`Step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemRef {
+    /// A stored item id.
+    Stored(i64),
+    /// The index of an earlier item in the same step's `add`.
+    InStep(usize),
 }
 
 /// A stored memory item.
@@ -126,6 +141,8 @@ pub struct Item {
     pub refers_to: Option<i64>,
     /// Pipeline turn at which it was made (salience clock).
     pub turn: i64,
+    /// The item it was derived from, if any.
+    pub parent: Option<i64>,
 }
 
 /// One pipeline step, committed atomically by [`Store::commit`].
@@ -293,6 +310,16 @@ impl Store {
         Ok(out)
     }
 
+    /// The caller's ids (`source_ref`, e.g. LoCoMo `dia_id`s) of messages,
+    /// in id order; `#<store id>` for a message stored without one.
+    pub fn source_refs(&self, ids: &[i64]) -> Result<Vec<String>> {
+        Ok(self
+            .messages(ids)?
+            .into_iter()
+            .map(|m| m.msg.source_ref.unwrap_or_else(|| format!("#{}", m.id)))
+            .collect())
+    }
+
     /// The user's messages with `lo <= seq < hi`, oldest first.
     pub fn messages_in_seq(&self, user: &str, lo: i64, hi: i64) -> Result<Vec<Message>> {
         let mut st = self.conn.prepare_cached(
@@ -333,11 +360,21 @@ impl Store {
         let mut ids = Vec::with_capacity(step.add.len());
         {
             let mut ins = tx.prepare(
-                "INSERT INTO items (user, pipeline, kind, text, said_at, refers_to, created_at, turn, vector)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                "INSERT INTO items (user, pipeline, kind, text, said_at, refers_to, created_at, turn, vector, parent)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?;
             let mut src = tx.prepare("INSERT OR IGNORE INTO item_sources (item_id, message_id) VALUES (?1, ?2)")?;
-            for it in &step.add {
+            for (i, it) in step.add.iter().enumerate() {
+                let parent = match it.parent {
+                    None => None,
+                    Some(ItemRef::Stored(id)) => Some(id),
+                    Some(ItemRef::InStep(j)) if j < i => Some(ids[j]),
+                    Some(ItemRef::InStep(j)) => {
+                        return Err(MemoryError::Invalid(format!(
+                            "item {i} of a step names item {j} of the same step as its parent; it must come earlier"
+                        )));
+                    }
+                };
                 ins.execute(params![
                     user,
                     pipeline,
@@ -347,7 +384,8 @@ impl Store {
                     it.refers_to,
                     now,
                     step.turn,
-                    it.vector.as_deref().map(f16_blob)
+                    it.vector.as_deref().map(f16_blob),
+                    parent
                 ])?;
                 let id = tx.last_insert_rowid();
                 for &m in &it.sources {
@@ -391,6 +429,7 @@ impl Store {
             said_at: r.get(5)?,
             refers_to: r.get(6)?,
             turn: r.get(7)?,
+            parent: r.get(8)?,
             sources: Vec::new(),
         })
     }
@@ -400,7 +439,7 @@ impl Store {
         let it = self
             .conn
             .prepare_cached(
-                "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn FROM items
+                "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent FROM items
                  WHERE id = ?1 AND deleted = 0",
             )?
             .query_row([id], Self::row_item)
@@ -418,7 +457,7 @@ impl Store {
     /// oldest first, with provenance.
     pub fn items(&self, user: &str, pipeline: &str, kind: Option<&str>) -> Result<Vec<Item>> {
         let mut st = self.conn.prepare_cached(
-            "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn FROM items
+            "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent FROM items
              WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND (?3 IS NULL OR kind = ?3) ORDER BY id",
         )?;
         let rows = st.query_map(params![user, pipeline, kind], Self::row_item)?;
@@ -430,28 +469,40 @@ impl Store {
     }
 
     /// `(id, turn, vector)` of every live searchable item of `user` and
-    /// `pipeline`, in id order (to rebuild an index).
-    pub fn vectors(&self, user: &str, pipeline: &str) -> Result<Vec<(i64, i64, Vec<f32>)>> {
+    /// `pipeline` (of one kind, when given), in id order (to rebuild an
+    /// index).
+    pub fn vectors(&self, user: &str, pipeline: &str, kind: Option<&str>) -> Result<Vec<(i64, i64, Vec<f32>)>> {
         let mut st = self.conn.prepare_cached(
             "SELECT id, turn, vector FROM items
-             WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND vector IS NOT NULL ORDER BY id",
+             WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND vector IS NOT NULL
+               AND (?3 IS NULL OR kind = ?3) ORDER BY id",
         )?;
-        let rows = st.query_map(params![user, pipeline], |r| {
+        let rows = st.query_map(params![user, pipeline, kind], |r| {
             let b: Vec<u8> = r.get(2)?;
             Ok((r.get(0)?, r.get(1)?, blob_f32(&b)))
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// `(id, text)` of every live searchable item of `user` and `pipeline`,
-    /// in id order (to rebuild the BM25 index).
-    pub fn texts(&self, user: &str, pipeline: &str) -> Result<Vec<(i64, String)>> {
+    /// `(id, text)` of every live searchable item of `user` and `pipeline`
+    /// (of one kind, when given), in id order (to rebuild the BM25 index).
+    pub fn texts(&self, user: &str, pipeline: &str, kind: Option<&str>) -> Result<Vec<(i64, String)>> {
         let mut st = self.conn.prepare_cached(
             "SELECT id, text FROM items
-             WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND vector IS NOT NULL ORDER BY id",
+             WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND vector IS NOT NULL
+               AND (?3 IS NULL OR kind = ?3) ORDER BY id",
         )?;
-        let rows = st.query_map(params![user, pipeline], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = st.query_map(params![user, pipeline, kind], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The stored vector of a live item, if it has one.
+    pub fn vector(&self, id: i64) -> Result<Option<Vec<f32>>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT vector FROM items WHERE id = ?1 AND deleted = 0 AND vector IS NOT NULL")?;
+        let b: Option<Vec<u8>> = st.query_row([id], |r| r.get(0)).optional()?;
+        Ok(b.map(|b| blob_f32(&b)))
     }
 
     /// Marks a live item of `user` deleted; returns whether it existed.

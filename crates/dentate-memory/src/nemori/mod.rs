@@ -53,7 +53,8 @@ pub struct NemoriConfig {
     /// statements, the paper's k = 10, m = 2k).
     pub compose_k: usize,
     /// Top episodes whose original messages a composed prompt attaches
-    /// when they fit (default 2, as the paper).
+    /// when they fit (default 2, as the paper); skipped for an episode
+    /// whose narrative already quotes every message (offline, uncut).
     pub attach_originals: usize,
     /// Vector-index settings (both indexes).
     pub vectors: VectorMemoryConfig,
@@ -516,10 +517,15 @@ impl Pipeline for Nemori {
             .filter(|r| r.item.kind == EPISODE)
             .take(self.cfg.attach_originals)
         {
+            let msgs = env.store.messages(&r.item.sources)?;
+            // An extractive narrative already quotes every message.
+            if msgs.iter().all(|m| r.item.text.contains(m.msg.text.trim())) {
+                continue;
+            }
             let title = r.item.text.lines().next().unwrap_or("");
             let mut block = format!("<original episode=\"{title}\">\n");
-            for m in env.store.messages(&r.item.sources)? {
-                block.push_str(&crate::pipeline::message_text(&m));
+            for m in &msgs {
+                block.push_str(&crate::pipeline::message_text(m));
                 block.push('\n');
             }
             block.push_str("</original>\n");

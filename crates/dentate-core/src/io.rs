@@ -300,17 +300,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| Error::param("path", format!("{} has no file name", path.display())))?;
+    // wasm32-unknown-unknown has no process ids (asking panics) and no
+    // file system (the calls below return errors).
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    let pid = std::process::id();
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    let pid = 0;
     let tmp = dir.join(format!(
         ".{}.tmp-{}-{}",
         name.to_string_lossy(),
-        std::process::id(),
+        pid,
         crate::compute::new_uid()
     ));
     let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, path)?;
         #[cfg(unix)]
         std::fs::File::open(&dir)?.sync_all()?;

@@ -180,7 +180,7 @@ impl IvfPqIndex {
         }
         let x = normalized(data, self.dim)?;
         let c = self.compute.as_ref();
-        let t0 = std::time::Instant::now();
+        let t0 = web_time::Instant::now();
         let lap = |what: &str| log::info!("train: {what} done at {:.2} s", t0.elapsed().as_secs_f64());
         let opq = if self.cfg.opq {
             stage("opq");
@@ -238,7 +238,7 @@ impl IvfPqIndex {
             ));
         }
         let c = self.compute.as_ref();
-        let t0 = std::time::Instant::now();
+        let t0 = web_time::Instant::now();
         let qr = match &t.opq {
             Some(r) => r.apply(&q, c),
             None => q.clone(),

@@ -39,7 +39,7 @@ pub mod vector;
 pub use compute::{BaseRef, Compute, CpuCompute, ListRef, Metric, default_compute};
 pub use error::{Error, Result};
 pub use flat::FlatIndex;
-pub use hybrid::{Fusion, candidate_depth, fuse, hybrid_search};
+pub use hybrid::{DEFAULT_FUSION, Fusion, candidate_depth, fuse, hybrid_search};
 pub use index::{AnyIndex, Index};
 pub use io::IndexKind;
 pub use ivfpq::{IvfPqConfig, IvfPqIndex, IvfSearchParams};

@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 /// Rows per panel of the blocked layout.
 pub const PANEL: usize = 16;
 /// Largest number of query rows in one register tile.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const QR_MAX: usize = 6;
 
 /// An instruction-set path for the kernels.

@@ -34,6 +34,10 @@ pub enum MemoryError {
     /// A dataset file is malformed.
     #[error("dataset: {0}")]
     Dataset(String),
+    /// A memory snapshot ([`crate::Store::from_bytes`]) is truncated,
+    /// corrupt or not a snapshot.
+    #[error("snapshot: {0}")]
+    Snapshot(String),
 }
 
 /// Result alias of the memory layer.

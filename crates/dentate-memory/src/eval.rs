@@ -28,7 +28,7 @@ use dentate_embed::Embedder;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use web_time::Instant;
 
 /// The LLM-as-judge prompt (Amory, appendix A.1, verbatim), with
 /// `{question}`, `{gold_answer}` and `{generated_answer}` placeholders.

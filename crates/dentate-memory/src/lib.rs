@@ -35,7 +35,9 @@ pub mod vecmem;
 
 pub use error::{MemoryError, Result};
 pub use hema::{Hema, HemaConfig};
-pub use llm::{ChatConfig, ChatMessage, Llm, LlmError, LlmStats, OpenAiChat, ask_json};
+#[cfg(feature = "http")]
+pub use llm::{ChatConfig, OpenAiChat};
+pub use llm::{ChatMessage, Llm, LlmError, LlmStats, ask_json};
 pub use memory::{Memory, PipelineKind};
 pub use metrics::Cut;
 pub use nemori::{Nemori, NemoriConfig};

@@ -4,10 +4,17 @@
 //! object, parses it strictly, and retries once with a repair request
 //! before giving up with a typed error.
 
+#[cfg(feature = "http")]
 use dentate_embed::http::{HttpFailure, JsonClient, RetryPolicy, api_key, check_url};
-use serde_json::{Value, json};
+use serde_json::Value;
+#[cfg(feature = "http")]
+use serde_json::json;
+#[cfg(feature = "http")]
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+#[cfg(feature = "http")]
+use std::time::Duration;
+#[cfg(feature = "http")]
+use web_time::Instant;
 
 /// Errors of a language-model call.
 #[derive(Debug, thiserror::Error)]
@@ -243,6 +250,7 @@ pub fn ask_json<T>(
 }
 
 /// Settings of [`OpenAiChat`].
+#[cfg(feature = "http")]
 #[derive(Debug, Clone)]
 pub struct ChatConfig {
     /// Base URL up to and including `/v1`.
@@ -259,6 +267,7 @@ pub struct ChatConfig {
     pub retry: RetryPolicy,
 }
 
+#[cfg(feature = "http")]
 impl ChatConfig {
     /// Defaults for `model` at `base_url`: key from `OPENAI_API_KEY`,
     /// temperature 0, 1,024 completion tokens, 120 s timeout, 4 retries
@@ -279,7 +288,9 @@ impl ChatConfig {
     }
 }
 
-/// Client for an OpenAI-compatible `/v1/chat/completions` endpoint.
+/// Client for an OpenAI-compatible `/v1/chat/completions` endpoint
+/// (feature `http`, on by default).
+#[cfg(feature = "http")]
 #[derive(Debug)]
 pub struct OpenAiChat {
     cfg: ChatConfig,
@@ -288,6 +299,7 @@ pub struct OpenAiChat {
     stats: Mutex<LlmStats>,
 }
 
+#[cfg(feature = "http")]
 impl OpenAiChat {
     /// Validates the settings (no request is made).
     pub fn new(cfg: ChatConfig) -> Result<Self, LlmError> {
@@ -337,6 +349,7 @@ impl OpenAiChat {
     }
 }
 
+#[cfg(feature = "http")]
 impl Llm for OpenAiChat {
     fn name(&self) -> String {
         self.cfg.model.clone()

@@ -89,14 +89,44 @@ impl Memory {
         embedder: Arc<dyn Embedder>,
         llm: Option<Arc<dyn Llm>>,
     ) -> Result<Memory> {
-        Ok(Memory {
-            store: Store::open(dir)?,
+        Ok(Memory::with_store(Store::open(dir)?, kind, embedder, llm))
+    }
+
+    /// A memory without a directory: the store lives in memory and the
+    /// indexes are rebuilt from it when needed (the browser build).
+    /// [`Memory::to_bytes`] snapshots everything that cannot be rebuilt.
+    pub fn in_memory(kind: PipelineKind, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>) -> Result<Memory> {
+        Ok(Memory::with_store(Store::open_in_memory()?, kind, embedder, llm))
+    }
+
+    /// Restores an in-memory memory from [`Memory::to_bytes`]; the
+    /// pipeline's indexes are rebuilt from the restored store on first use.
+    /// The embedder must be the one the memory was built with (checked on
+    /// first use, as for a directory).
+    pub fn from_bytes(
+        bytes: &[u8],
+        kind: PipelineKind,
+        embedder: Arc<dyn Embedder>,
+        llm: Option<Arc<dyn Llm>>,
+    ) -> Result<Memory> {
+        Ok(Memory::with_store(Store::from_bytes(bytes)?, kind, embedder, llm))
+    }
+
+    /// A checksummed snapshot of the store: raw messages, items, vectors,
+    /// provenance and pipeline state (see [`Store::to_bytes`]).
+    pub fn to_bytes(&mut self) -> Result<Vec<u8>> {
+        self.store.to_bytes()
+    }
+
+    fn with_store(store: Store, kind: PipelineKind, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>) -> Memory {
+        Memory {
+            store,
             embedder,
             llm,
             kind,
             retriever: Retriever::default(),
             pipelines: HashMap::new(),
-        })
+        }
     }
 
     /// Chooses how items are found (default: hybrid, dense + BM25 fused).

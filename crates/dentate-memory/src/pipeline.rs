@@ -44,38 +44,24 @@ impl Default for Retriever {
     }
 }
 
-/// The default fusion of dense and BM25 lists: min–max-normalised scores,
-/// 0.3 dense + 0.7 BM25. Chosen on `locomo-dev.json` (RAG, MiniLM and
-/// hashing; RRF with c = 20 and 60 and weights 0.3, 0.5, 0.7 compared; see
-/// BENCHMARKS.md), not on any test data.
-pub const DEFAULT_FUSION: Fusion = Fusion::Weighted { dense_weight: 0.3 };
+/// The default fusion of dense and BM25 lists (see
+/// [`dentate_core::DEFAULT_FUSION`]: 0.3 dense + 0.7 BM25, chosen on
+/// `locomo-dev.json`, never on test data).
+pub const DEFAULT_FUSION: Fusion = dentate_core::DEFAULT_FUSION;
 
 impl Retriever {
     /// Parses `dense`, `bm25`, `hybrid` (default fusion), `rrf[:C]` or
     /// `weighted:W` (W = dense weight in `[0, 1]`).
     pub fn parse(s: &str) -> Result<Self> {
-        let bad = || {
-            MemoryError::Invalid(format!(
-                "unknown retriever `{s}` (dense, bm25, hybrid, rrf[:C], weighted:W)"
-            ))
-        };
-        let (name, arg) = s.split_once(':').map_or((s, None), |(a, b)| (a, Some(b)));
-        let num = |a: &str| a.parse::<f32>().ok().filter(|x| x.is_finite()).ok_or_else(bad);
-        Ok(match (name, arg) {
-            ("dense", None) => Retriever::Dense,
-            ("bm25", None) => Retriever::Bm25,
-            ("hybrid", None) => Retriever::Hybrid(DEFAULT_FUSION),
-            ("rrf", None) => Retriever::Hybrid(Fusion::Rrf { c: 60.0 }),
-            ("rrf", Some(c)) => Retriever::Hybrid(Fusion::Rrf { c: num(c)? }),
-            ("weighted", Some(w)) => {
-                let w = num(w)?;
-                if !(0.0..=1.0).contains(&w) {
-                    return Err(bad());
-                }
-                Retriever::Hybrid(Fusion::Weighted { dense_weight: w })
-            }
-            _ => return Err(bad()),
-        })
+        match s {
+            "dense" => Ok(Retriever::Dense),
+            "bm25" => Ok(Retriever::Bm25),
+            _ => Fusion::parse(s).map(Retriever::Hybrid).map_err(|_| {
+                MemoryError::Invalid(format!(
+                    "unknown retriever `{s}` (dense, bm25, hybrid, rrf[:C], weighted:W)"
+                ))
+            }),
+        }
     }
 
     /// A short name (`dense`, `bm25`, `rrf:60`, `weighted:0.5`).
@@ -221,16 +207,18 @@ impl Vectors {
         }
     }
 
-    /// `user.pipeline[.kind].ext` beside the store.
-    fn path(&self, env: &Env<'_>, ext: &str) -> std::path::PathBuf {
+    /// `user.pipeline[.kind].ext` beside the store; `None` for a store
+    /// without a directory (its indexes live in memory and are rebuilt
+    /// from the store when it is reopened).
+    fn path(&self, env: &Env<'_>, ext: &str) -> Option<std::path::PathBuf> {
         let name = match self.kind {
             Some(kind) => format!("{}.{}.{kind}.{ext}", env.user, self.pipeline),
             None => format!("{}.{}.{ext}", env.user, self.pipeline),
         };
-        env.store.dir().join(name)
+        env.store.dir().map(|d| d.join(name))
     }
 
-    fn lexical_path(&self, env: &Env<'_>) -> std::path::PathBuf {
+    fn lexical_path(&self, env: &Env<'_>) -> Option<std::path::PathBuf> {
         self.path(env, "lex")
     }
 
@@ -245,7 +233,7 @@ impl Vectors {
         if self.lexical.is_none() {
             let path = self.lexical_path(env);
             let texts = env.store.texts(env.user, self.pipeline, self.kind)?;
-            let loaded = LexicalIndex::load(&path).ok().filter(|l| {
+            let loaded = path.and_then(|p| LexicalIndex::load(&p).ok()).filter(|l| {
                 l.len() == texts.len()
                     && texts
                         .iter()
@@ -305,7 +293,12 @@ impl Vectors {
         if self.vm.is_none() {
             let path = self.path(env, "dnt");
             let stored = env.store.vectors(env.user, self.pipeline, self.kind)?;
-            self.vm = Some(VectorMemory::open(&path, env.embedder.dim(), self.cfg.clone(), stored)?);
+            self.vm = Some(VectorMemory::open(
+                path.as_deref(),
+                env.embedder.dim(),
+                self.cfg.clone(),
+                stored,
+            )?);
         }
         self.vm
             .as_mut()
@@ -375,8 +368,8 @@ impl Vectors {
         if let Some(vm) = &self.vm {
             vm.save()?;
         }
-        if let Some(l) = &self.lexical {
-            l.save(&self.lexical_path(env))?;
+        if let (Some(l), Some(path)) = (&self.lexical, self.lexical_path(env)) {
+            l.save(&path)?;
         }
         Ok(())
     }

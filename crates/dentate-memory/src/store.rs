@@ -164,12 +164,36 @@ pub struct Step {
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
-    dir: PathBuf,
+    dir: Option<PathBuf>,
+}
+
+const SNAPSHOT_MAGIC: &[u8; 8] = b"DNTMEMDB";
+const SNAPSHOT_VERSION: u32 = 1;
+/// Magic, version, payload length, CRC-32.
+const SNAPSHOT_HEADER: usize = 8 + 4 + 8 + 4;
+
+/// Brings `conn` to the current schema (foreign keys on); `what` names the
+/// database in errors. A database from a newer version is refused.
+fn migrate(conn: &mut Connection, what: &str) -> Result<()> {
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(MemoryError::Invalid(format!(
+            "{what} has schema version {version}; this build reads up to {SCHEMA_VERSION}"
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as u32)?;
+        tx.commit()?;
+    }
+    Ok(())
 }
 
 fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    web_time::SystemTime::now()
+        .duration_since(web_time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
@@ -205,33 +229,89 @@ impl Store {
     /// current schema. A database from a newer version is refused.
     pub fn open(dir: &Path) -> Result<Store> {
         std::fs::create_dir_all(dir)?;
-        let mut conn = Connection::open(dir.join("memory.db"))?;
+        let path = dir.join("memory.db");
+        let mut conn = Connection::open(&path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version > SCHEMA_VERSION {
-            return Err(MemoryError::Invalid(format!(
-                "{} has schema version {version}; this build reads up to {SCHEMA_VERSION}",
-                dir.join("memory.db").display()
-            )));
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = conn.transaction()?;
-            tx.execute_batch(sql)?;
-            tx.pragma_update(None, "user_version", (i + 1) as u32)?;
-            tx.commit()?;
-        }
+        migrate(&mut conn, &path.display().to_string())?;
         Ok(Store {
             conn,
-            dir: dir.to_path_buf(),
+            dir: Some(dir.to_path_buf()),
         })
     }
 
-    /// The memory directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// A store that lives in memory only (no directory, no files): what the
+    /// browser build uses. [`Store::to_bytes`] snapshots it and
+    /// [`Store::from_bytes`] restores it.
+    pub fn open_in_memory() -> Result<Store> {
+        let mut conn = Connection::open_in_memory()?;
+        migrate(&mut conn, "the in-memory store")?;
+        Ok(Store { conn, dir: None })
+    }
+
+    /// The whole store as bytes: a checksummed snapshot of the database
+    /// (header `DNTMEMDB`, version, length, CRC-32, then SQLite's
+    /// serialisation), for keeping a memory in IndexedDB or a file.
+    pub fn to_bytes(&mut self) -> Result<Vec<u8>> {
+        let data = self.conn.serialize(rusqlite::MAIN_DB)?;
+        let db: &[u8] = &data;
+        let mut out = Vec::with_capacity(SNAPSHOT_HEADER + db.len());
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+        out.extend_from_slice(&(db.len() as u64).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(db).to_le_bytes());
+        out.extend_from_slice(db);
+        Ok(out)
+    }
+
+    /// Restores a store from [`Store::to_bytes`] into memory (no directory).
+    /// Truncated, corrupt or foreign bytes are a [`MemoryError::Snapshot`],
+    /// and a snapshot from a newer schema is refused; older schemas are
+    /// migrated.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Store> {
+        let bad = |why: String| MemoryError::Snapshot(why);
+        if bytes.len() < SNAPSHOT_HEADER {
+            return Err(bad(format!(
+                "{} bytes is shorter than the {SNAPSHOT_HEADER}-byte header",
+                bytes.len()
+            )));
+        }
+        if &bytes[..8] != SNAPSHOT_MAGIC {
+            return Err(bad("not a Dentate memory snapshot (bad magic)".into()));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+        let version = u32_at(8);
+        if version != SNAPSHOT_VERSION {
+            return Err(bad(format!(
+                "snapshot version {version}; this build reads {SNAPSHOT_VERSION}"
+            )));
+        }
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&bytes[12..20]);
+        let len = u64::from_le_bytes(len);
+        let db = &bytes[SNAPSHOT_HEADER..];
+        if db.len() as u64 != len {
+            return Err(bad(format!("payload is {} bytes, header says {len}", db.len())));
+        }
+        if crc32fast::hash(db) != u32_at(20) {
+            return Err(bad("checksum mismatch".into()));
+        }
+        let mut conn = Connection::open_in_memory()?;
+        conn.deserialize_read_exact(rusqlite::MAIN_DB, db, db.len(), false)?;
+        let ok: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(|e| bad(format!("the database does not read back ({e})")))?;
+        if ok != "ok" {
+            return Err(bad(format!("the database fails its integrity check: {ok}")));
+        }
+        migrate(&mut conn, "the snapshot")?;
+        Ok(Store { conn, dir: None })
+    }
+
+    /// The memory directory; `None` for an in-memory store.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
     }
 
     /// Appends raw messages for `user` in one transaction (before any

@@ -40,7 +40,9 @@ pub type StoredVector = (i64, i64, Vec<f32>);
 pub struct VectorMemory {
     index: AnyIndex,
     dim: usize,
-    path: PathBuf,
+    /// Where the index is cached; `None` for a memory without a directory
+    /// (in memory, e.g. in the browser): rebuilt from the store, never saved.
+    path: Option<PathBuf>,
     cfg: VectorMemoryConfig,
     trained_at: usize,
     /// Items removed since the last compaction (tombstones still held).
@@ -74,9 +76,10 @@ fn to_u64(id: i64) -> Result<u64> {
 impl VectorMemory {
     /// Opens the index at `path`, or rebuilds it from `stored` (the store's
     /// live vectors) when the file is missing, unreadable, of another
-    /// dimension, or holds a different set of ids.
-    pub fn open(path: &Path, dim: usize, cfg: VectorMemoryConfig, stored: Vec<StoredVector>) -> Result<Self> {
-        if let Ok(index) = AnyIndex::load(path) {
+    /// dimension, or holds a different set of ids. Without a path the index
+    /// is built from `stored` and lives in memory only.
+    pub fn open(path: Option<&Path>, dim: usize, cfg: VectorMemoryConfig, stored: Vec<StoredVector>) -> Result<Self> {
+        if let Some(index) = path.and_then(|p| AnyIndex::load(p).ok()) {
             let i = index.as_index();
             let agrees = i.dim() == dim
                 && i.len() == stored.len()
@@ -88,18 +91,21 @@ impl VectorMemory {
                 return Ok(VectorMemory {
                     index,
                     dim,
-                    path: path.to_path_buf(),
+                    path: path.map(Path::to_path_buf),
                     cfg,
                     trained_at,
                     removed: 0,
                 });
             }
-            log::warn!("{} disagrees with the store; rebuilding it", path.display());
+            log::warn!(
+                "{} disagrees with the store; rebuilding it",
+                path.map_or_else(String::new, |p| p.display().to_string())
+            );
         }
         let mut vm = VectorMemory {
             index: AnyIndex::Flat(FlatIndex::with_precision(dim, Precision::F32)),
             dim,
-            path: path.to_path_buf(),
+            path: path.map(Path::to_path_buf),
             cfg,
             trained_at: 0,
             removed: 0,
@@ -235,9 +241,11 @@ impl VectorMemory {
         Ok(ids.into_iter().filter_map(|i| i64::try_from(i).ok()).collect())
     }
 
-    /// Writes the index file crash-safely.
+    /// Writes the index file crash-safely (nothing for an in-memory index).
     pub fn save(&self) -> Result<()> {
-        self.index.as_index().save(&self.path)?;
+        if let Some(path) = &self.path {
+            self.index.as_index().save(path)?;
+        }
         Ok(())
     }
 

@@ -415,3 +415,58 @@ fn retrievers_dense_bm25_hybrid() {
     );
     assert!(matches!(m.retrieve("ann", "  ", 3), Err(MemoryError::Invalid(_))));
 }
+
+#[test]
+fn in_memory_snapshot_round_trips_and_refuses_damage() {
+    let mut m = Memory::in_memory(PipelineKind::parse("hema").unwrap(), embedder(), None).unwrap();
+    assert!(m.store().dir().is_none());
+    m.ingest("ann", &conversation()).unwrap();
+    m.flush("ann").unwrap();
+    let q = "What is the name of the cat Ann adopted?";
+    let before = m.retrieve("ann", q, 3).unwrap();
+    assert!(before[0].item.text.contains("Pixel"));
+    let bytes = m.to_bytes().unwrap();
+
+    // Restored: same items, same ranking, same provenance; indexes rebuilt.
+    let mut back = Memory::from_bytes(&bytes, PipelineKind::parse("hema").unwrap(), embedder(), None).unwrap();
+    let after = back.retrieve("ann", q, 3).unwrap();
+    let ids =
+        |r: &[dentate_memory::Retrieved]| r.iter().map(|h| (h.item.id, h.source_refs.clone())).collect::<Vec<_>>();
+    assert_eq!(ids(&before), ids(&after));
+    assert_eq!(back.store().message_count("ann").unwrap(), conversation().len() as i64);
+    // Still writable after restoring, and a new snapshot holds the new turn.
+    back.ingest("ann", &[msg(2, 1, "Ann", "My sister Ines plays the cello in Lisbon.")])
+        .unwrap();
+    let again = Memory::from_bytes(
+        &back.to_bytes().unwrap(),
+        PipelineKind::parse("hema").unwrap(),
+        embedder(),
+        None,
+    )
+    .unwrap()
+    .retrieve("ann", "Who plays the cello?", 1)
+    .unwrap();
+    assert!(again[0].item.text.contains("cello"));
+
+    // Damage of every kind is a typed error.
+    let kind = || PipelineKind::parse("hema").unwrap();
+    let refused = |b: &[u8]| {
+        matches!(
+            Memory::from_bytes(b, kind(), embedder(), None),
+            Err(MemoryError::Snapshot(_))
+        )
+    };
+    assert!(refused(&[]));
+    assert!(refused(&bytes[..bytes.len() / 2]), "truncated");
+    assert!(refused(&bytes[..20]), "header only");
+    let mut flipped = bytes.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x40;
+    assert!(refused(&flipped), "bit flip");
+    let mut magic = bytes.clone();
+    magic[0] = b'X';
+    assert!(refused(&magic), "bad magic");
+    let mut grown = bytes.clone();
+    grown.push(0);
+    assert!(refused(&grown), "trailing byte");
+}

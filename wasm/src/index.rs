@@ -1,0 +1,275 @@
+//! `VectorIndex`: the exact and IVF-PQ indexes, and `SearchResults`.
+
+use crate::convert::{err, get_bool, get_usize, ids_from_js};
+use dentate_core::{AnyIndex, FlatIndex, Hit, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
+use wasm_bindgen::prelude::*;
+
+/// A cosine index over caller-chosen `u64` ids: exact (`VectorIndex.exact`)
+/// or IVF-PQ with exact re-ranking (`VectorIndex.ivfPq`). Vectors are
+/// L2-normalised on insert, so scores are cosine similarities.
+#[wasm_bindgen]
+#[derive(Debug)]
+pub struct VectorIndex {
+    inner: AnyIndex,
+}
+
+/// The results of a batched search: `queries × k` slots, row-major, best
+/// first, ties by smaller id. A query with fewer than `k` live results
+/// fills its row up to `counts[q]`; the rest of the row holds id
+/// `2^64 − 1` and score `NaN`.
+#[wasm_bindgen]
+#[derive(Debug, Clone)]
+pub struct SearchResults {
+    ids: Vec<u64>,
+    scores: Vec<f32>,
+    counts: Vec<u32>,
+    k: usize,
+}
+
+impl SearchResults {
+    pub(crate) fn from_hits(hits: &[Vec<Hit>], k: usize) -> SearchResults {
+        let mut ids = vec![u64::MAX; hits.len() * k];
+        let mut scores = vec![f32::NAN; hits.len() * k];
+        let mut counts = Vec::with_capacity(hits.len());
+        for (q, row) in hits.iter().enumerate() {
+            for (j, h) in row.iter().take(k).enumerate() {
+                ids[q * k + j] = h.id;
+                scores[q * k + j] = h.score;
+            }
+            counts.push(row.len().min(k) as u32);
+        }
+        SearchResults { ids, scores, counts, k }
+    }
+}
+
+#[wasm_bindgen]
+impl SearchResults {
+    /// Ids, `queries × k`, as a `BigUint64Array`.
+    #[wasm_bindgen(getter)]
+    pub fn ids(&self) -> Vec<u64> {
+        self.ids.clone()
+    }
+    /// Ids as plain numbers (`Float64Array`); exact for ids below 2^53.
+    #[wasm_bindgen(getter, js_name = idNumbers)]
+    pub fn id_numbers(&self) -> Vec<f64> {
+        self.ids
+            .iter()
+            .map(|&i| if i == u64::MAX { f64::NAN } else { i as f64 })
+            .collect()
+    }
+    /// Cosine scores, `queries × k`, as a `Float32Array`.
+    #[wasm_bindgen(getter)]
+    pub fn scores(&self) -> Vec<f32> {
+        self.scores.clone()
+    }
+    /// Valid results per query, as a `Uint32Array`.
+    #[wasm_bindgen(getter)]
+    pub fn counts(&self) -> Vec<u32> {
+        self.counts.clone()
+    }
+    /// Slots per query.
+    #[wasm_bindgen(getter)]
+    pub fn k(&self) -> usize {
+        self.k
+    }
+    /// Number of queries.
+    #[wasm_bindgen(getter)]
+    pub fn queries(&self) -> usize {
+        self.counts.len()
+    }
+}
+
+fn check_dim(dim: usize) -> Result<(), JsValue> {
+    if dim == 0 {
+        return Err(err("dim must be at least 1"));
+    }
+    Ok(())
+}
+
+#[wasm_bindgen]
+impl VectorIndex {
+    /// An exact index of `dim`-dimensional vectors. `options.f16: true`
+    /// stores them as half floats (half the memory, scores within ~1e-3).
+    pub fn exact(dim: usize, options: JsValue) -> Result<VectorIndex, JsValue> {
+        check_dim(dim)?;
+        let precision = if get_bool(&options, "f16")?.unwrap_or(false) {
+            Precision::F16
+        } else {
+            Precision::F32
+        };
+        Ok(VectorIndex {
+            inner: AnyIndex::Flat(FlatIndex::with_precision(dim, precision)),
+        })
+    }
+
+    /// An IVF-PQ index: `nlist` inverted lists, `m` sub-quantizers (must
+    /// divide `dim`), exact re-ranking from stored f16 vectors. Options:
+    /// `opq` (learn a rotation first, default false), `nprobe` (default
+    /// 16), `rerank` (re-rank factor, default 4), `iterations` (Lloyd
+    /// iterations of the coarse and PQ k-means, default 25). Call `train`
+    /// before `add`.
+    #[wasm_bindgen(js_name = ivfPq)]
+    pub fn ivf_pq(dim: usize, nlist: usize, m: usize, options: JsValue) -> Result<VectorIndex, JsValue> {
+        check_dim(dim)?;
+        let mut cfg = IvfPqConfig::new(nlist, m).opq(get_bool(&options, "opq")?.unwrap_or(false));
+        if let Some(n) = get_usize(&options, "nprobe")? {
+            cfg.nprobe = n;
+        }
+        if let Some(r) = get_usize(&options, "rerank")? {
+            cfg.rerank = r;
+        }
+        if let Some(it) = get_usize(&options, "iterations")? {
+            if it == 0 {
+                return Err(err("iterations must be at least 1"));
+            }
+            cfg.kmeans_iterations = it;
+            cfg.pq_iterations = it;
+        }
+        if cfg.nprobe == 0 {
+            return Err(err("nprobe must be at least 1"));
+        }
+        let idx = IvfPqIndex::new(dim, cfg).map_err(err)?;
+        Ok(VectorIndex {
+            inner: AnyIndex::IvfPq(idx),
+        })
+    }
+
+    /// Loads an index saved by `save()` or by the native library / CLI.
+    /// Corrupt or truncated bytes throw.
+    pub fn load(bytes: &[u8]) -> Result<VectorIndex, JsValue> {
+        Ok(VectorIndex {
+            inner: AnyIndex::from_bytes(bytes).map_err(err)?,
+        })
+    }
+
+    /// The index in Dentate's file format (checksummed; the same bytes
+    /// the native library writes).
+    pub fn save(&self) -> Vec<u8> {
+        match &self.inner {
+            AnyIndex::Flat(i) => i.to_bytes(),
+            AnyIndex::IvfPq(i) => i.to_bytes(),
+        }
+    }
+
+    /// Trains the coarse quantizer, OPQ and PQ on `data` (row-major,
+    /// `n × dim`); exact indexes need no training and accept the call.
+    pub fn train(&mut self, data: &[f32]) -> Result<(), JsValue> {
+        match &mut self.inner {
+            AnyIndex::Flat(i) => {
+                if !data.len().is_multiple_of(i.dim()) {
+                    return Err(err(format!(
+                        "{} floats is not a whole number of {}-dimensional vectors",
+                        data.len(),
+                        i.dim()
+                    )));
+                }
+                Ok(())
+            }
+            AnyIndex::IvfPq(i) => i.train(data).map_err(err),
+        }
+    }
+
+    /// Adds vectors (`ids.length × dim` floats, row-major) under `ids`; an
+    /// id already present is replaced. NaN/Inf, zero vectors, a wrong
+    /// length or duplicate ids throw and add nothing.
+    pub fn add(&mut self, ids: JsValue, vectors: &[f32]) -> Result<(), JsValue> {
+        let ids = ids_from_js(&ids)?;
+        self.inner.as_index_mut().add(&ids, vectors).map_err(err)
+    }
+
+    /// Searches `queries` (row-major, `nq × dim`) for the `k` most similar
+    /// live vectors each. `k = 0`, NaN/Inf or a wrong length throw; an
+    /// empty index throws.
+    pub fn search(&self, queries: &[f32], k: usize) -> Result<SearchResults, JsValue> {
+        let hits = self.inner.as_index().search(queries, k).map_err(err)?;
+        Ok(SearchResults::from_hits(&hits, k))
+    }
+
+    /// IVF-PQ search with explicit `nprobe` and re-rank factor (0 = no
+    /// re-ranking); on an exact index the same as `search`.
+    #[wasm_bindgen(js_name = searchWith)]
+    pub fn search_with(
+        &self,
+        queries: &[f32],
+        k: usize,
+        nprobe: usize,
+        rerank: usize,
+    ) -> Result<SearchResults, JsValue> {
+        let hits = match &self.inner {
+            AnyIndex::Flat(i) => i.search(queries, k),
+            AnyIndex::IvfPq(i) => i.search_with(queries, k, IvfSearchParams { nprobe, rerank }),
+        }
+        .map_err(err)?;
+        Ok(SearchResults::from_hits(&hits, k))
+    }
+
+    /// Removes ids (tombstones); returns how many were present.
+    pub fn remove(&mut self, ids: JsValue) -> Result<usize, JsValue> {
+        let ids = ids_from_js(&ids)?;
+        Ok(self.inner.as_index_mut().remove(&ids))
+    }
+
+    /// True when `id` is live.
+    pub fn contains(&self, id: JsValue) -> Result<bool, JsValue> {
+        let ids = ids_from_js(&js_sys::Array::of1(&id).into())?;
+        Ok(ids.first().is_some_and(|&i| self.inner.as_index().contains(i)))
+    }
+
+    /// Drops removed rows and reclaims their memory.
+    pub fn compact(&mut self) {
+        self.inner.as_index_mut().compact();
+    }
+
+    /// Vector dimension.
+    #[wasm_bindgen(getter)]
+    pub fn dim(&self) -> usize {
+        self.inner.as_index().dim()
+    }
+
+    /// Live vectors.
+    #[wasm_bindgen(getter)]
+    pub fn size(&self) -> usize {
+        self.inner.as_index().len()
+    }
+
+    /// `flat` or `ivfpq`.
+    #[wasm_bindgen(getter)]
+    pub fn kind(&self) -> String {
+        self.inner.as_index().kind().name().to_string()
+    }
+
+    /// False for an IVF-PQ index that still needs `train`.
+    #[wasm_bindgen(getter, js_name = isTrained)]
+    pub fn is_trained(&self) -> bool {
+        match &self.inner {
+            AnyIndex::Flat(_) => true,
+            AnyIndex::IvfPq(i) => i.is_trained(),
+        }
+    }
+
+    /// Heap bytes held by the index.
+    #[wasm_bindgen(getter, js_name = memoryBytes)]
+    pub fn memory_bytes(&self) -> usize {
+        self.inner.as_index().memory_bytes()
+    }
+
+    /// Sets the IVF-PQ defaults used by `search` (ignored by exact indexes).
+    #[wasm_bindgen(js_name = setSearchParams)]
+    pub fn set_search_params(&mut self, nprobe: usize, rerank: usize) -> Result<(), JsValue> {
+        if nprobe == 0 {
+            return Err(err("nprobe must be at least 1"));
+        }
+        if let AnyIndex::IvfPq(i) = &mut self.inner {
+            i.set_nprobe(nprobe);
+            i.set_rerank(rerank);
+        }
+        Ok(())
+    }
+}
+
+impl VectorIndex {
+    /// The index as the engine's trait object.
+    pub(crate) fn as_index(&self) -> &dyn Index {
+        self.inner.as_index()
+    }
+}

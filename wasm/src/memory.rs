@@ -1,0 +1,275 @@
+//! `AgentMemory`: a memory pipeline (HEMA by default) over an in-memory
+//! store, snapshotted to bytes.
+
+use crate::convert::{err, get, get_string, get_usize, set};
+use dentate_embed::{EmbedError, Embedder, HashingEmbedder};
+use dentate_memory::{Memory, PipelineKind, Retrieved, Retriever};
+use js_sys::{Array, Float32Array, Function, Object};
+use std::sync::Arc;
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+
+/// An embedder implemented by a JavaScript function
+/// `(texts: string[]) => Float32Array` of `texts.length × dim` floats,
+/// called synchronously (an async model must embed ahead of time and look
+/// vectors up here).
+struct JsEmbedder {
+    f: Function,
+    dim: usize,
+    name: String,
+}
+
+// SAFETY: this crate is compiled for wasm32 only (see lib.rs), and
+// wasm32-unknown-unknown without the `atomics` target feature runs a single
+// thread, so the JavaScript function is never touched from two threads.
+#[cfg(not(target_feature = "atomics"))]
+unsafe impl Send for JsEmbedder {}
+// SAFETY: as above.
+#[cfg(not(target_feature = "atomics"))]
+unsafe impl Sync for JsEmbedder {}
+
+impl Embedder for JsEmbedder {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<f32>, EmbedError> {
+        let bad = |reason: String| EmbedError::Model {
+            path: self.name.clone(),
+            reason: format!("the JavaScript embedder {reason}"),
+        };
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let arr: Array = texts.iter().map(|t| JsValue::from_str(t)).collect();
+        let out = self
+            .f
+            .call1(&JsValue::NULL, &arr)
+            .map_err(|e| bad(format!("threw: {}", describe(&e))))?;
+        let v: Vec<f32> = if let Some(a) = out.dyn_ref::<Float32Array>() {
+            a.to_vec()
+        } else if Array::is_array(&out) {
+            out.unchecked_ref::<Array>()
+                .iter()
+                .map(|x| x.as_f64().map(|x| x as f32))
+                .collect::<Option<Vec<f32>>>()
+                .ok_or_else(|| bad("returned an array holding a non-number".into()))?
+        } else {
+            return Err(bad("did not return a Float32Array".into()));
+        };
+        if v.len() != texts.len() * self.dim {
+            return Err(bad(format!(
+                "returned {} floats for {} texts of dimension {}",
+                v.len(),
+                texts.len(),
+                self.dim
+            )));
+        }
+        let mut v = v;
+        for (i, row) in v.chunks_exact_mut(self.dim).enumerate() {
+            let n = row.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt();
+            if !n.is_finite() || n == 0.0 {
+                return Err(bad(format!("returned a zero or non-finite vector for text {i}")));
+            }
+            row.iter_mut().for_each(|x| *x = (f64::from(*x) / n) as f32);
+        }
+        Ok(v)
+    }
+}
+
+fn describe(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| "an exception".into())
+}
+
+/// Agent memory in the page: messages in, relevant memories (with the
+/// ids of the messages they came from) out. Options:
+/// `pipeline` (`hema` default, `nemori`, `rag`), `retriever` (`hybrid`
+/// default, `dense`, `bm25`, `rrf[:C]`, `weighted:W`), `dim` (hashing
+/// embedder dimension, default 384), or `embed` + `embedDim` (+ optional
+/// `embedName`) to embed with your own synchronous function.
+#[wasm_bindgen]
+pub struct AgentMemory {
+    mem: Memory,
+}
+
+struct Settings {
+    kind: PipelineKind,
+    embedder: Arc<dyn Embedder>,
+    retriever: Retriever,
+}
+
+fn settings(options: &JsValue) -> Result<Settings, JsValue> {
+    let kind = PipelineKind::parse(&get_string(options, "pipeline")?.unwrap_or_else(|| "hema".into())).map_err(err)?;
+    let retriever = match get_string(options, "retriever")? {
+        Some(r) => Retriever::parse(&r).map_err(err)?,
+        None => Retriever::default(),
+    };
+    let embedder: Arc<dyn Embedder> = match get(options, "embed")? {
+        Some(f) => {
+            let f: Function = f
+                .dyn_into()
+                .map_err(|_| err("option `embed` must be a function (texts) => Float32Array"))?;
+            let dim = get_usize(options, "embedDim")?
+                .filter(|d| *d > 0)
+                .ok_or_else(|| err("option `embedDim` (a positive integer) is required with `embed`"))?;
+            let name = get_string(options, "embedName")?.unwrap_or_else(|| format!("js-{dim}"));
+            Arc::new(JsEmbedder { f, dim, name })
+        }
+        None => Arc::new(HashingEmbedder::new(get_usize(options, "dim")?.unwrap_or(384)).map_err(err)?),
+    };
+    Ok(Settings {
+        kind,
+        embedder,
+        retriever,
+    })
+}
+
+fn retrieved_to_js(r: &Retrieved) -> JsValue {
+    let o = Object::new();
+    set(&o, "id", r.item.id as f64);
+    set(&o, "kind", r.item.kind.as_str());
+    set(&o, "text", r.item.text.as_str());
+    set(&o, "score", r.score);
+    let sources: Array = r.source_refs.iter().map(|s| JsValue::from_str(s)).collect();
+    set(&o, "sources", sources);
+    let time = |t: Option<i64>| t.map_or(JsValue::NULL, |t| JsValue::from_f64(t as f64));
+    set(&o, "saidAt", time(r.item.said_at));
+    set(&o, "refersTo", time(r.item.refers_to));
+    o.into()
+}
+
+fn report_to_js(r: &dentate_memory::IngestReport) -> JsValue {
+    let o = Object::new();
+    set(&o, "messages", r.messages as f64);
+    set(&o, "items", r.items as f64);
+    set(&o, "forgotten", r.forgotten as f64);
+    set(&o, "live", r.live as f64);
+    o.into()
+}
+
+#[wasm_bindgen]
+impl AgentMemory {
+    /// A new, empty memory (see the type's documentation for `options`).
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue) -> Result<AgentMemory, JsValue> {
+        let s = settings(&options)?;
+        let mut mem = Memory::in_memory(s.kind, s.embedder, None).map_err(err)?;
+        mem.set_retriever(s.retriever);
+        Ok(AgentMemory { mem })
+    }
+
+    /// Restores a memory from `save()`; `options` must name the same
+    /// pipeline and embedder it was built with (a different embedder is
+    /// refused on first use). Damaged bytes throw.
+    pub fn load(bytes: &[u8], options: JsValue) -> Result<AgentMemory, JsValue> {
+        let s = settings(&options)?;
+        let mut mem = Memory::from_bytes(bytes, s.kind, s.embedder, None).map_err(err)?;
+        mem.set_retriever(s.retriever);
+        Ok(AgentMemory { mem })
+    }
+
+    /// A checksummed snapshot of everything (messages, memories, vectors,
+    /// provenance, pipeline state), e.g. to keep in IndexedDB.
+    pub fn save(&mut self) -> Result<Vec<u8>, JsValue> {
+        self.mem.to_bytes().map_err(err)
+    }
+
+    /// Stores and processes messages for `user`: an array of
+    /// `{speaker | role, text | content, timestamp?, session?, id?}`
+    /// (timestamp: Unix seconds or milliseconds, or ISO 8601; `id` is kept
+    /// for provenance). Returns `{messages, items, forgotten, live}`.
+    #[wasm_bindgen(js_name = addMessages)]
+    pub fn add_messages(&mut self, user: &str, messages: JsValue) -> Result<JsValue, JsValue> {
+        if !Array::is_array(&messages) {
+            return Err(err("messages must be an array of objects"));
+        }
+        let lines: Vec<String> = messages
+            .unchecked_ref::<Array>()
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                js_sys::JSON::stringify(&m)
+                    .ok()
+                    .and_then(|s| s.as_string())
+                    .ok_or_else(|| err(format!("message {i} cannot be read as JSON")))
+            })
+            .collect::<Result<_, _>>()?;
+        let msgs = dentate_memory::input::parse_jsonl(&lines.join("\n")).map_err(err)?;
+        if msgs.is_empty() {
+            return Err(err("messages is empty"));
+        }
+        let r = self.mem.ingest(user, &msgs).map_err(err)?;
+        Ok(report_to_js(&r))
+    }
+
+    /// Closes what the pipeline holds back for more messages (Nemori's
+    /// open episode), as at the end of a conversation.
+    pub fn flush(&mut self, user: &str) -> Result<JsValue, JsValue> {
+        let r = self.mem.flush(user).map_err(err)?;
+        Ok(report_to_js(&r))
+    }
+
+    /// The `k` memories most relevant to `query`, best first:
+    /// `{id, kind, text, score, sources, saidAt, refersTo}` each, where
+    /// `sources` are the ids of the messages they came from.
+    pub fn retrieve(&mut self, user: &str, query: &str, k: usize) -> Result<Array, JsValue> {
+        let hits = self.mem.retrieve(user, query, k).map_err(err)?;
+        Ok(hits.iter().map(retrieved_to_js).collect())
+    }
+
+    /// A prompt for answering `query` within `budget` tokens:
+    /// `{prompt, tokens, trimmed, included}`.
+    pub fn compose(&mut self, user: &str, query: &str, budget: usize) -> Result<JsValue, JsValue> {
+        let c = self.mem.compose(user, query, budget).map_err(err)?;
+        let o = Object::new();
+        set(&o, "prompt", c.prompt.as_str());
+        set(&o, "tokens", c.tokens as f64);
+        set(&o, "trimmed", c.trimmed as f64);
+        let inc: Array = c.included.iter().map(retrieved_to_js).collect();
+        set(&o, "included", inc);
+        Ok(o.into())
+    }
+
+    /// Deletes a memory item by id.
+    pub fn forget(&mut self, user: &str, id: f64) -> Result<(), JsValue> {
+        self.mem.forget(user, item_id(id)?).map_err(err)
+    }
+
+    /// Replaces a memory item's text (re-embedded), keeping its provenance.
+    pub fn correct(&mut self, user: &str, id: f64, text: &str) -> Result<(), JsValue> {
+        self.mem.correct(user, item_id(id)?, text).map_err(err)
+    }
+
+    /// Chooses how memories are found: `hybrid`, `dense`, `bm25`,
+    /// `rrf[:C]` or `weighted:W`.
+    #[wasm_bindgen(js_name = setRetriever)]
+    pub fn set_retriever(&mut self, name: &str) -> Result<(), JsValue> {
+        self.mem.set_retriever(Retriever::parse(name).map_err(err)?);
+        Ok(())
+    }
+
+    /// The pipeline's name (`hema`, `nemori`, `rag`).
+    #[wasm_bindgen(getter)]
+    pub fn pipeline(&self) -> String {
+        self.mem.pipeline_name().to_string()
+    }
+
+    /// Messages stored for `user`.
+    #[wasm_bindgen(js_name = messageCount)]
+    pub fn message_count(&self, user: &str) -> Result<f64, JsValue> {
+        Ok(self.mem.store().message_count(user).map_err(err)? as f64)
+    }
+}
+
+fn item_id(id: f64) -> Result<i64, JsValue> {
+    if id.is_finite() && id >= 0.0 && id.fract() == 0.0 && id <= 9_007_199_254_740_991.0 {
+        Ok(id as i64)
+    } else {
+        Err(err(format!("{id} is not a memory item id")))
+    }
+}

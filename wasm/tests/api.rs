@@ -1,0 +1,342 @@
+//! The JavaScript API end to end, compiled to wasm32 and run by
+//! `wasm-bindgen-test-runner` under Node and in headless Chromium
+//! (`scripts/test.sh` runs this file in both).
+#![cfg(target_arch = "wasm32")]
+
+use dentate_core::data::{SynthConfig, clustered};
+use dentate_core::{FlatIndex, Index, Precision};
+use dentate_wasm::*;
+use js_sys::{Array, BigUint64Array, Float64Array, Reflect, Uint32Array};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_test::*;
+
+fn synth(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    clustered(&SynthConfig {
+        n,
+        dim,
+        clusters,
+        spread: 0.8,
+        seed,
+    })
+}
+
+fn ids(range: std::ops::Range<u32>) -> JsValue {
+    Uint32Array::from(&range.collect::<Vec<u32>>()[..]).into()
+}
+
+fn message(e: JsValue) -> String {
+    let err: js_sys::Error = e.dyn_into().expect("errors are JavaScript Errors");
+    assert_eq!(String::from(err.name()), "DentateError");
+    String::from(err.message())
+}
+
+fn row(r: &SearchResults, q: usize) -> Vec<u64> {
+    let n = r.counts()[q] as usize;
+    r.ids()[q * r.k()..q * r.k() + n].to_vec()
+}
+
+#[wasm_bindgen_test]
+fn simd128_is_the_cpu_path() {
+    assert_eq!(simd(), "simd128");
+    assert!(backend().contains("simd128"), "{}", backend());
+}
+
+#[wasm_bindgen_test]
+fn exact_search_matches_the_engine() {
+    let dim = 16;
+    let data = synth(500, dim, 8, 1);
+    let mut idx = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
+    idx.add(ids(0..500), &data).unwrap();
+    assert_eq!((idx.size(), idx.dim(), idx.kind()), (500, dim, "flat".to_string()));
+    let q = &data[..dim * 4];
+    let res = idx.search(q, 5).unwrap();
+    assert_eq!((res.queries(), res.k()), (4, 5));
+    let mut reference = FlatIndex::with_precision(dim, Precision::F32);
+    reference.add(&(0..500).collect::<Vec<u64>>(), &data).unwrap();
+    let want = reference.search(q, 5).unwrap();
+    for (i, hits) in want.iter().enumerate() {
+        assert_eq!(row(&res, i), hits.iter().map(|h| h.id).collect::<Vec<_>>());
+        assert_eq!(row(&res, i)[0], i as u64, "each vector finds itself");
+        assert!((res.scores()[i * 5] - 1.0).abs() < 1e-5);
+    }
+    // Deletes are never returned; fewer live rows than k pad the row.
+    assert_eq!(idx.remove(ids(0..498)).unwrap(), 498);
+    let res = idx.search(q, 5).unwrap();
+    assert_eq!(res.counts().to_vec(), vec![2, 2, 2, 2]);
+    assert!(row(&res, 0).iter().all(|&i| i >= 498));
+    assert_eq!(res.ids()[4], u64::MAX);
+    assert!(res.scores()[4].is_nan());
+    idx.compact();
+    assert_eq!(idx.size(), 2);
+}
+
+#[wasm_bindgen_test]
+fn ids_come_in_every_javascript_shape() {
+    let dim = 4;
+    let v = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0];
+    let shapes: Vec<JsValue> = vec![
+        BigUint64Array::from(&[7u64, u64::MAX - 1][..]).into(),
+        Float64Array::from(&[7.0, 9_007_199_254_740_991.0][..]).into(),
+        Array::of2(&JsValue::from(7), &js_sys::BigInt::from(u64::MAX - 1).into()).into(),
+    ];
+    for s in shapes {
+        let mut idx = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
+        idx.add(s, &v).unwrap();
+        assert_eq!(row(&idx.search(&v[..4], 1).unwrap(), 0), vec![7]);
+    }
+    for bad in [
+        Float64Array::from(&[1.5, 2.0][..]).into(),
+        Float64Array::from(&[-1.0, 2.0][..]).into(),
+        Array::of2(&JsValue::from("a"), &JsValue::from(1)).into(),
+        JsValue::from("12"),
+    ] {
+        let mut idx = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
+        let m = message(idx.add(bad, &v).unwrap_err());
+        assert!(m.contains("id"), "{m}");
+        assert_eq!(idx.size(), 0, "nothing added");
+    }
+}
+
+#[wasm_bindgen_test]
+fn bad_input_throws_clear_errors_and_changes_nothing() {
+    let mut idx = VectorIndex::exact(4, JsValue::UNDEFINED).unwrap();
+    assert!(message(idx.search(&[1.0, 0.0, 0.0, 0.0], 1).unwrap_err()).contains("empty"));
+    idx.add(ids(0..1), &[1.0, 0.0, 0.0, 0.0]).unwrap();
+    let m = message(idx.add(ids(1..2), &[f32::NAN, 0.0, 0.0, 0.0]).unwrap_err());
+    assert!(m.contains("non-finite"), "{m}");
+    let m = message(idx.add(ids(1..2), &[1.0, 0.0, 0.0]).unwrap_err());
+    assert!(m.contains("dimension") || m.contains("whole number"), "{m}");
+    let m = message(idx.add(ids(1..3), &[0.0; 8]).unwrap_err());
+    assert!(m.contains("zero norm"), "{m}");
+    assert!(message(idx.search(&[1.0, 0.0, 0.0, 0.0], 0).unwrap_err()).contains("k must be"));
+    assert!(message(idx.search(&[1.0, 0.0], 1).unwrap_err()).contains("dimension"));
+    assert_eq!(idx.size(), 1);
+    assert!(message(VectorIndex::exact(0, JsValue::UNDEFINED).unwrap_err()).contains("dim"));
+    assert!(message(VectorIndex::ivf_pq(8, 4, 3, JsValue::UNDEFINED).unwrap_err()).contains("m"));
+    let mut ivf = VectorIndex::ivf_pq(8, 4, 4, JsValue::UNDEFINED).unwrap();
+    let m = message(ivf.add(ids(0..1), &[1.0; 8]).unwrap_err());
+    assert!(m.contains("not trained"), "{m}");
+    let opts = js_sys::Object::new();
+    Reflect::set(&opts, &"opq".into(), &"yes".into()).unwrap();
+    assert!(message(VectorIndex::ivf_pq(8, 4, 4, opts.into()).unwrap_err()).contains("opq"));
+    // Damaged files.
+    let bytes = idx.save();
+    assert!(message(VectorIndex::load(&bytes[..bytes.len() - 3]).unwrap_err()).contains("truncated"));
+    let mut flipped = bytes.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    assert!(message(VectorIndex::load(&flipped).unwrap_err()).contains("checksum"));
+    let m = message(VectorIndex::load(b"not an index").unwrap_err());
+    assert!(m.contains("truncated") || m.contains("magic"), "{m}");
+    let m = message(VectorIndex::load(&[b'x'; 64]).unwrap_err());
+    assert!(m.contains("magic"), "{m}");
+}
+
+#[wasm_bindgen_test]
+fn ivf_pq_trains_searches_and_round_trips() {
+    let dim = 32;
+    let data = synth(4_000, dim, 40, 3);
+    let opts = js_sys::Object::new();
+    Reflect::set(&opts, &"opq".into(), &true.into()).unwrap();
+    let mut idx = VectorIndex::ivf_pq(dim, 32, 8, opts.into()).unwrap();
+    assert!(!idx.is_trained());
+    idx.train(&data).unwrap();
+    idx.add(ids(0..4_000), &data).unwrap();
+    let q = &data[..dim * 50];
+    let exact = {
+        let mut f = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
+        f.add(ids(0..4_000), &data).unwrap();
+        f.search(q, 10).unwrap()
+    };
+    let approx = idx.search_with(q, 10, 32, 8).unwrap();
+    let mut found = 0;
+    for i in 0..50 {
+        let truth = row(&exact, i);
+        found += row(&approx, i).iter().filter(|x| truth.contains(x)).count();
+    }
+    let recall = found as f64 / 500.0;
+    assert!(recall > 0.9, "recall@10 {recall}");
+    let back = VectorIndex::load(&idx.save()).unwrap();
+    assert_eq!(back.kind(), "ivfpq");
+    assert_eq!(back.search_with(q, 10, 32, 8).unwrap().ids(), approx.ids());
+}
+
+/// Files written by the native library (the format fixtures of the native
+/// tests) load in wasm, answer like an index built here from the same data,
+/// and re-serialise to the same bytes.
+#[wasm_bindgen_test]
+fn natively_saved_indexes_load() {
+    let flat_bytes = include_bytes!("../../tests/fixtures/flat_v1.dnt");
+    let flat = VectorIndex::load(flat_bytes).unwrap();
+    assert_eq!(flat.size(), 62);
+    let data = synth(64, 8, 4, 2024);
+    let mut fresh = VectorIndex::exact(8, JsValue::UNDEFINED).unwrap();
+    fresh.add(ids(100..164), &data).unwrap();
+    fresh.remove(ids(101..102)).unwrap();
+    fresh.remove(ids(150..151)).unwrap();
+    let q = synth(5, 8, 4, 7);
+    assert_eq!(flat.search(&q, 10).unwrap().ids(), fresh.search(&q, 10).unwrap().ids());
+    assert_eq!(flat.save(), flat_bytes.to_vec());
+
+    let ivf_bytes = include_bytes!("../../tests/fixtures/ivfpq_v1.dnt");
+    let ivf = VectorIndex::load(ivf_bytes).unwrap();
+    assert_eq!((ivf.size(), ivf.kind()), (299, "ivfpq".to_string()));
+    let data = synth(300, 8, 6, 2025);
+    let res = ivf.search_with(&data[8 * 10..8 * 20], 1, 4, 300).unwrap();
+    assert_eq!(res.ids().to_vec(), (10..20).collect::<Vec<u64>>());
+    assert_eq!(ivf.save(), ivf_bytes.to_vec());
+
+    let lex_bytes = include_bytes!("../../tests/fixtures/lexical_v1.dnt");
+    let lex = LexicalIndex::load(lex_bytes).unwrap();
+    assert_eq!(lex.save(), lex_bytes.to_vec());
+}
+
+fn strings(v: &[&str]) -> JsValue {
+    v.iter().map(|s| JsValue::from_str(s)).collect::<Array>().into()
+}
+
+#[wasm_bindgen_test]
+fn lexical_and_hybrid_search() {
+    let docs = [
+        "Caroline went to the LGBTQ support group on Tuesday.",
+        "Melanie painted a sunrise over the lake.",
+        "The support group meets every week in the library.",
+        "Caroline is researching adoption agencies.",
+    ];
+    let mut lex = LexicalIndex::new(None, None).unwrap();
+    lex.add(ids(0..4), strings(&docs)).unwrap();
+    let r = lex
+        .search("When did Caroline go to the LGBTQ support group?", 4)
+        .unwrap();
+    assert_eq!(row(&r, 0)[0], 0);
+    assert_eq!(lex.remove(ids(0..1)).unwrap(), 1);
+    assert!(!row(&lex.search("LGBTQ support group", 4).unwrap(), 0).contains(&0));
+    let back = LexicalIndex::load(&lex.save()).unwrap();
+    assert_eq!(back.size(), 3);
+    assert!(message(LexicalIndex::new(Some(-1.0), None).unwrap_err()).contains("k1"));
+    assert!(message(lex.add(ids(5..6), JsValue::from(3)).unwrap_err()).contains("array of strings"));
+
+    let emb = HashingEmbedder::new(Some(128)).unwrap();
+    let vecs = emb.embed(strings(&docs)).unwrap();
+    assert_eq!(vecs.len(), 4 * 128);
+    let mut idx = VectorIndex::exact(128, JsValue::UNDEFINED).unwrap();
+    idx.add(ids(0..4), &vecs).unwrap();
+    let mut lex = LexicalIndex::new(None, None).unwrap();
+    lex.add(ids(0..4), strings(&docs)).unwrap();
+    let question = "Which adoption agencies is Caroline looking at?";
+    let qv = emb.embed(strings(&[question])).unwrap();
+    for fusion in [None, Some("rrf".to_string()), Some("weighted:0.5".to_string())] {
+        let r = hybrid_search(&idx, &lex, &qv, question, 2, fusion.clone()).unwrap();
+        assert_eq!(row(&r, 0)[0], 3, "{fusion:?}");
+    }
+    let m = message(hybrid_search(&idx, &lex, &qv, question, 2, Some("weighted:7".into())).unwrap_err());
+    assert!(m.contains("fusion"), "{m}");
+}
+
+#[cfg(feature = "memory")]
+fn msg(speaker: &str, text: &str, id: &str, ts: f64) -> JsValue {
+    let o = js_sys::Object::new();
+    Reflect::set(&o, &"speaker".into(), &speaker.into()).unwrap();
+    Reflect::set(&o, &"text".into(), &text.into()).unwrap();
+    Reflect::set(&o, &"id".into(), &id.into()).unwrap();
+    Reflect::set(&o, &"timestamp".into(), &ts.into()).unwrap();
+    o.into()
+}
+
+#[cfg(feature = "memory")]
+fn chat() -> JsValue {
+    let t0 = 1_700_000_000.0;
+    [
+        msg(
+            "Ann",
+            "I adopted a grey cat from the shelter and named her Pixel.",
+            "m1",
+            t0,
+        ),
+        msg(
+            "Ben",
+            "Lovely! I started learning the cello in Lisbon last month.",
+            "m2",
+            t0 + 60.0,
+        ),
+        msg("Ann", "My sister Clara is moving to Porto in June.", "m3", t0 + 120.0),
+        msg("Ben", "I ran my first marathon in Berlin on Sunday.", "m4", t0 + 180.0),
+    ]
+    .into_iter()
+    .collect::<Array>()
+    .into()
+}
+
+#[cfg(feature = "memory")]
+fn get(v: &JsValue, k: &str) -> JsValue {
+    Reflect::get(v, &k.into()).unwrap()
+}
+
+#[cfg(feature = "memory")]
+#[wasm_bindgen_test]
+fn hema_memory_in_the_page_with_provenance_and_snapshots() {
+    let mut mem = AgentMemory::new(JsValue::UNDEFINED).unwrap();
+    assert_eq!(mem.pipeline(), "hema");
+    let rep = mem.add_messages("ann", chat()).unwrap();
+    assert_eq!(get(&rep, "messages").as_f64(), Some(4.0));
+    let hits = mem.retrieve("ann", "Where is Clara moving?", 2).unwrap();
+    let top = hits.get(0);
+    assert!(get(&top, "text").as_string().unwrap().contains("Porto"));
+    let sources: Array = get(&top, "sources").dyn_into().unwrap();
+    assert_eq!(sources.get(0).as_string().as_deref(), Some("m3"));
+    let c = mem.compose("ann", "What instrument is Ben learning?", 400).unwrap();
+    assert!(get(&c, "prompt").as_string().unwrap().contains("cello"));
+    assert!(get(&c, "tokens").as_f64().unwrap() <= 400.0);
+
+    // Snapshot → restore answers the same; new messages land in the copy.
+    let bytes = mem.save().unwrap();
+    let mut back = AgentMemory::load(&bytes, JsValue::UNDEFINED).unwrap();
+    let again = back.retrieve("ann", "Where is Clara moving?", 2).unwrap();
+    assert_eq!(get(&again.get(0), "id").as_f64(), get(&top, "id").as_f64());
+    assert_eq!(back.message_count("ann").unwrap(), 4.0);
+    let id = get(&again.get(0), "id").as_f64().unwrap();
+    back.forget("ann", id).unwrap();
+    let after = back.retrieve("ann", "Where is Clara moving?", 4).unwrap();
+    assert!(after.iter().all(|h| get(&h, "id").as_f64() != Some(id)));
+
+    // Errors are typed and lose nothing.
+    assert!(message(mem.retrieve("ann", "q", 0).unwrap_err()).contains("k must be"));
+    assert!(message(mem.add_messages("ann", JsValue::from(1)).unwrap_err()).contains("array"));
+    let mut broken = bytes.clone();
+    broken.truncate(bytes.len() / 2);
+    assert!(message(AgentMemory::load(&broken, JsValue::UNDEFINED).map(|_| ()).unwrap_err()).contains("snapshot"));
+    let opts = js_sys::Object::new();
+    Reflect::set(&opts, &"pipeline".into(), &"zettelkasten".into()).unwrap();
+    assert!(message(AgentMemory::new(opts.into()).map(|_| ()).unwrap_err()).contains("pipeline"));
+}
+
+#[cfg(feature = "memory")]
+#[wasm_bindgen_test]
+fn a_javascript_embedder_drives_the_memory() {
+    // An embedder written in JavaScript: counts vowels per position class.
+    let f = js_sys::Function::new_with_args(
+        "texts",
+        "const out = new Float32Array(texts.length * 8);
+         texts.forEach((t, i) => { for (const ch of t.toLowerCase()) {
+             const c = ch.charCodeAt(0); out[i * 8 + (c % 8)] += 1; } out[i * 8] += 0.5; });
+         return out;",
+    );
+    let opts = js_sys::Object::new();
+    Reflect::set(&opts, &"embed".into(), &f).unwrap();
+    Reflect::set(&opts, &"embedDim".into(), &8.into()).unwrap();
+    Reflect::set(&opts, &"pipeline".into(), &"rag".into()).unwrap();
+    Reflect::set(&opts, &"retriever".into(), &"dense".into()).unwrap();
+    let mut mem = AgentMemory::new(opts.clone().into()).unwrap();
+    mem.add_messages("u", chat()).unwrap();
+    let hits = mem
+        .retrieve("u", "I adopted a grey cat from the shelter and named her Pixel.", 1)
+        .unwrap();
+    assert!(get(&hits.get(0), "text").as_string().unwrap().contains("Pixel"));
+    // A function that returns the wrong length is a clear error.
+    let bad = js_sys::Function::new_with_args("texts", "return new Float32Array(3);");
+    Reflect::set(&opts, &"embed".into(), &bad).unwrap();
+    let mut mem = AgentMemory::new(opts.into()).unwrap();
+    let m = message(mem.add_messages("u", chat()).unwrap_err());
+    assert!(m.contains("returned 3 floats"), "{m}");
+    assert_eq!(mem.message_count("u").unwrap(), 4.0, "raw messages are kept");
+}

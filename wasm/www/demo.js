@@ -1,0 +1,224 @@
+// Dentate demo page: builds exact and IVF-PQ indexes over synthetic
+// clustered vectors, measures single-query latency and recall@10, and runs
+// a small HEMA memory with hybrid retrieval.
+//
+// Query parameters: ?auto=1 runs everything at load and writes the results
+// as JSON into <pre id="results"> (what wasm/www/check.mjs reads);
+// n, dim, nq override the form's values.
+import init, * as dentate from "../pkg/dentate_wasm.js";
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const log = (msg) => {
+  const line = document.createElement("div");
+  line.textContent = msg;
+  $("log").append(line);
+  $("log").scrollTop = $("log").scrollHeight;
+};
+const tick = () => new Promise((r) => setTimeout(r, 0));
+
+function percentile(sorted, p) {
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i];
+}
+
+// Recall@k of `res` against the exact `truth` (both SearchResults rows).
+function recallOf(rows, truth, k) {
+  let found = 0;
+  for (let q = 0; q < rows.length; q++) {
+    const t = new Set(truth[q]);
+    for (const id of rows[q]) if (t.has(id)) found++;
+  }
+  return found / (rows.length * k);
+}
+
+// Runs every query alone (as an agent does), timing each; returns
+// {rows, p50, p95} with latencies in milliseconds.
+function timeQueries(search, queries, dim, k) {
+  const nq = queries.length / dim;
+  // Warm up caches and the JIT on a few queries first.
+  for (let q = 0; q < Math.min(nq, 10); q++) search(queries.subarray(q * dim, (q + 1) * dim), k);
+  const lat = [];
+  const rows = [];
+  for (let q = 0; q < nq; q++) {
+    const v = queries.subarray(q * dim, (q + 1) * dim);
+    const t0 = performance.now();
+    const r = search(v, k);
+    lat.push(performance.now() - t0);
+    rows.push(Array.from(r.idNumbers.slice(0, r.counts[0])));
+  }
+  lat.sort((a, b) => a - b);
+  return { rows, p50: percentile(lat, 50), p95: percentile(lat, 95) };
+}
+
+function addRow(r) {
+  const tr = document.createElement("tr");
+  const cells = [
+    r.index,
+    `${(r.build_ms / 1000).toFixed(2)} s`,
+    `${r.p50_ms.toFixed(3)} ms`,
+    `${r.p95_ms.toFixed(3)} ms`,
+    r.recall_at_10.toFixed(3),
+    r.bytes_per_vector.toFixed(0),
+  ];
+  cells.forEach((c, i) => {
+    const td = document.createElement("td");
+    td.textContent = c;
+    if (i > 0) td.className = "num";
+    tr.append(td);
+  });
+  $("results-table").querySelector("tbody").append(tr);
+  $("results-table").hidden = false;
+}
+
+async function benchmark(n, dim, nq) {
+  const k = 10;
+  log(`generating ${n.toLocaleString()} × ${dim} clustered vectors and ${nq} queries…`);
+  await tick();
+  const all = dentate.synthetic(n + nq, dim, Math.max(16, Math.round(n / 200)), 1n);
+  const base = all.subarray(0, n * dim);
+  const queries = all.subarray(n * dim);
+  const ids = new Uint32Array(n).map((_, i) => i);
+  const rows = [];
+
+  let t0 = performance.now();
+  const exact = dentate.VectorIndex.exact(dim);
+  exact.add(ids, base);
+  const exactBuild = performance.now() - t0;
+  log(`exact index built in ${(exactBuild / 1000).toFixed(2)} s; searching…`);
+  await tick();
+  const ex = timeQueries((v, kk) => exact.search(v, kk), queries, dim, k);
+  const truth = ex.rows;
+  rows.push({ index: "exact", build_ms: exactBuild, p50_ms: ex.p50, p95_ms: ex.p95, recall_at_10: 1,
+              bytes_per_vector: exact.memoryBytes / n });
+  addRow(rows[rows.length - 1]);
+  await tick();
+
+  // IVF-PQ: ~2·√n lists, 8 dimensions per sub-quantizer, trained on a
+  // sample (k-means in one browser thread is the slow part of building).
+  const nlist = Math.min(1024, 2 ** Math.round(Math.log2(2 * Math.sqrt(n))));
+  const m = dim % 8 === 0 ? dim / 8 : dim;
+  const sample = Math.min(n, Math.max(nlist * 39, 16384));
+  log(`IVF-PQ: training nlist=${nlist}, m=${m} on ${sample.toLocaleString()} vectors…`);
+  await tick();
+  t0 = performance.now();
+  const ivf = dentate.VectorIndex.ivfPq(dim, nlist, m, { iterations: 10 });
+  ivf.train(base.subarray(0, sample * dim));
+  ivf.add(ids, base);
+  const ivfBuild = performance.now() - t0;
+  log(`IVF-PQ built in ${(ivfBuild / 1000).toFixed(2)} s; sweeping nprobe…`);
+  await tick();
+  let chosen = null;
+  // Re-rank the best k × 16 PQ candidates exactly (f16 vectors): PQ codes
+  // of 48 bytes blur near neighbours that differ in the last decimals.
+  const rerank = 16;
+  for (const nprobe of [4, 8, 16, 32, 64]) {
+    if (nprobe > nlist) break;
+    const r = timeQueries((v, kk) => ivf.searchWith(v, kk, nprobe, rerank), queries, dim, k);
+    const row = { index: `ivfpq nprobe=${nprobe} rerank=${rerank}`, build_ms: ivfBuild, p50_ms: r.p50, p95_ms: r.p95,
+                  recall_at_10: recallOf(r.rows, truth, k), bytes_per_vector: ivf.memoryBytes / n, nprobe, rerank };
+    rows.push(row);
+    addRow(row);
+    await tick();
+    if (!chosen && row.recall_at_10 >= 0.9) chosen = row;
+    if (row.recall_at_10 >= 0.99) break;
+  }
+  log(chosen ? `recall@10 ≥ 0.9 at nprobe=${chosen.nprobe}: p50 ${chosen.p50_ms.toFixed(3)} ms`
+             : "no nprobe reached recall@10 0.9");
+  return { n, dim, queries: nq, rows, at_recall_0_9: chosen };
+}
+
+const intro = [
+  ["Ann", "I adopted a grey cat from the shelter last week and named her Pixel."],
+  ["Ben", "Nice! I finally signed up for cello lessons at the music school in Lisbon."],
+  ["Ann", "My sister Clara is moving to Porto in June for a job at the aquarium."],
+  ["Ben", "I ran my first marathon in Berlin on Sunday, 4 hours 12 minutes."],
+  ["Ann", "Pixel knocked my coffee onto the laptop this morning, so I'm using the old one."],
+  ["Ben", "Clara should visit the bookshop Lello when she's in Porto."],
+];
+
+let memory;
+let clock = Math.floor(Date.now() / 1000) - 86400;
+let counter = 0;
+
+function addMessage(speaker, text) {
+  counter += 1;
+  clock += 60;
+  const id = `m${counter}`;
+  const report = memory.addMessages("me", [{ speaker, text, timestamp: clock, id }]);
+  const line = document.createElement("div");
+  line.textContent = `[${id}] ${speaker}: ${text}`;
+  $("chat").append(line);
+  $("chat").scrollTop = $("chat").scrollHeight;
+  return report;
+}
+
+function showHits(question) {
+  const hits = memory.retrieve("me", question, 3);
+  $("hits").replaceChildren(...hits.map((h) => {
+    const d = document.createElement("div");
+    d.className = "hit";
+    d.textContent = h.text;
+    const meta = document.createElement("div");
+    meta.className = "meta";
+    meta.textContent = `${h.kind} · score ${h.score.toFixed(3)} · from ${h.sources.join(", ")}`;
+    d.append(meta);
+    return d;
+  }));
+  return hits;
+}
+
+async function main() {
+  await init();
+  $("backend").textContent = dentate.backend();
+  memory = new dentate.AgentMemory({ pipeline: "hema", retriever: "hybrid" });
+  for (const [s, t] of intro) addMessage(s, t);
+
+  $("send").onclick = () => {
+    const text = $("message").value.trim();
+    if (text) addMessage($("speaker").value || "Ann", text);
+    $("message").value = "";
+  };
+  $("ask").onclick = () => {
+    try { showHits($("question").value); } catch (e) { $("hits").textContent = e.message; }
+  };
+  $("save").onclick = () => {
+    const bytes = memory.save();
+    $("saved").textContent = `snapshot: ${bytes.length.toLocaleString()} bytes (restorable with AgentMemory.load)`;
+  };
+  $("build").onclick = async () => {
+    $("build").disabled = true;
+    try {
+      await benchmark(+$("n").value, +$("dim").value, +$("nq").value);
+    } catch (e) {
+      log(`error: ${e.message}`);
+    }
+    $("build").disabled = false;
+  };
+
+  if (params.get("auto") === "1") {
+    for (const key of ["n", "dim", "nq"]) if (params.has(key)) $(key).value = params.get(key);
+    const out = { backend: dentate.backend(), simd: dentate.simd(), crossOriginIsolated: self.crossOriginIsolated };
+    try {
+      out.search = await benchmark(+$("n").value, +$("dim").value, +$("nq").value);
+      $("question").value = "Where is Clara moving to?";
+      const hits = showHits($("question").value);
+      out.memory = hits.map((h) => ({ text: h.text, sources: h.sources }));
+      const snapshot = memory.save();
+      const back = dentate.AgentMemory.load(snapshot, { pipeline: "hema" });
+      out.memory_restored_top = back.retrieve("me", "Where is Clara moving to?", 1)[0].sources;
+      out.snapshot_bytes = snapshot.length;
+      document.body.dataset.status = "done";
+    } catch (e) {
+      out.error = String(e && e.message || e);
+      document.body.dataset.status = "error";
+    }
+    $("results").textContent = JSON.stringify(out, null, 2);
+  }
+}
+
+main().catch((e) => {
+  $("backend").textContent = `failed: ${e.message}`;
+  $("results").textContent = JSON.stringify({ error: String(e.message || e) });
+  document.body.dataset.status = "error";
+});

@@ -56,15 +56,51 @@ impl<'a> BaseRef<'a> {
     }
 }
 
-/// One inverted list to scan with asymmetric distance computation.
-#[derive(Debug, Clone, Copy)]
-pub struct ListRef<'a> {
-    /// `len × m` 8-bit codes, row-major.
-    pub codes: &'a [u8],
+/// One inverted list: the PQ codes of its entries and their global rows.
+/// Lists only grow between compactions (entries are appended).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InvList {
     /// Global row of each entry.
-    pub rows: &'a [u32],
-    /// Added to every score of this list (`<q, centroid>`).
+    pub rows: Vec<u32>,
+    /// `rows.len() × m` 8-bit codes, row-major.
+    pub codes: Vec<u8>,
+}
+
+/// The inverted lists of an IVF index as the compute interface sees them,
+/// with the identity a backend cache keys on (like [`BaseRef`]: `epoch`
+/// changes whenever entries change other than by appending).
+#[derive(Debug, Clone, Copy)]
+pub struct InvertedRef<'a> {
+    /// Every list; list `l` is `lists[l]`.
+    pub lists: &'a [InvList],
+    /// Code bytes per entry.
+    pub m: usize,
+    /// Identity of the underlying storage, for backend caches.
+    pub uid: u64,
+    /// Bumped whenever entries change other than by appending.
+    pub epoch: u64,
+}
+
+/// One probed list of one query: which list, and the score added to every
+/// entry of it (`<q, centroid>`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Probe {
+    /// List number.
+    pub list: u32,
+    /// Added to every ADC score of the list.
     pub bias: f32,
+}
+
+/// The stored vectors exact re-ranking reads, with their cache identity
+/// (the same `uid`/`epoch` rules as [`BaseRef`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StoreRef<'a> {
+    /// The vectors, row-major, one per global row.
+    pub rows: &'a RowMajor,
+    /// Identity of the underlying storage, for backend caches.
+    pub uid: u64,
+    /// Bumped whenever rows change other than by appending.
+    pub epoch: u64,
 }
 
 /// Distance used by clustering.
@@ -122,13 +158,16 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     fn cluster_distance_sums(&self, points: &Panels, labels: &[u32], k: usize, metric: Metric) -> Vec<f32>;
 
     /// ADC scan: for each (rotated) query, its lookup table against `pq`'s
-    /// codebooks applied to the codes of its probed lists; the `k` best live
-    /// candidates. Tables are built per query, never for the whole batch.
+    /// codebooks applied to the codes of its probed lists (`probes[q]`, each
+    /// list's scores offset by its bias); the `k` best live candidates, ties
+    /// by id. Tables are built per query, never for the whole batch.
+    #[allow(clippy::too_many_arguments)]
     fn adc_top_k(
         &self,
         queries: &[f32],
         pq: &ProductQuantizer,
-        probes: &[Vec<ListRef<'_>>],
+        lists: InvertedRef<'_>,
+        probes: &[Vec<Probe>],
         ids: &[u64],
         alive: &Bitset,
         k: usize,
@@ -139,7 +178,7 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     fn rerank(
         &self,
         queries: &[f32],
-        store: &RowMajor,
+        store: StoreRef<'_>,
         ids: &[u64],
         candidates: &[Vec<u32>],
         k: usize,
@@ -182,10 +221,25 @@ impl CpuCompute {
     }
 }
 
-/// The default backend shared by indexes that were not given one.
+static DEFAULT: std::sync::RwLock<Option<Arc<dyn Compute>>> = std::sync::RwLock::new(None);
+
+/// The default backend shared by indexes that were not given one: the one
+/// installed with [`set_default_compute`], else the CPU backend.
 pub fn default_compute() -> Arc<dyn Compute> {
     static CPU: std::sync::OnceLock<Arc<dyn Compute>> = std::sync::OnceLock::new();
+    if let Some(c) = DEFAULT.read().ok().and_then(|g| g.clone()) {
+        return c;
+    }
     CPU.get_or_init(|| Arc::new(CpuCompute::default())).clone()
+}
+
+/// Installs the backend that [`default_compute`] returns from now on
+/// (indexes created earlier keep theirs; `set_compute` changes one). This
+/// is how a GPU backend (crate `dentate-gpu`) becomes the default.
+pub fn set_default_compute(compute: Arc<dyn Compute>) {
+    if let Ok(mut g) = DEFAULT.write() {
+        *g = Some(compute);
+    }
 }
 
 /// Queries per block: a multiple of the kernel's 6-row register tile.
@@ -445,7 +499,8 @@ impl Compute for CpuCompute {
         &self,
         queries: &[f32],
         pq: &ProductQuantizer,
-        probes: &[Vec<ListRef<'_>>],
+        lists: InvertedRef<'_>,
+        probes: &[Vec<Probe>],
         ids: &[u64],
         alive: &Bitset,
         k: usize,
@@ -456,11 +511,13 @@ impl Compute for CpuCompute {
             .zip(queries.par_chunks_exact(pq.dim()))
             .map_init(
                 || vec![0f32; m * 256],
-                |lut, (lists, q)| {
+                |lut, (probes, q)| {
                     pq.table_into(q, lut);
                     let mut heap = TopK::new(k);
-                    for list in lists {
-                        adc_scan_list(lut, m, list, ids, alive, &mut heap);
+                    for p in probes {
+                        if let Some(list) = lists.lists.get(p.list as usize) {
+                            adc_scan_list(lut, m, list, p.bias, ids, alive, &mut heap);
+                        }
                     }
                     heap.into_sorted()
                 },
@@ -471,11 +528,12 @@ impl Compute for CpuCompute {
     fn rerank(
         &self,
         queries: &[f32],
-        store: &RowMajor,
+        store: StoreRef<'_>,
         ids: &[u64],
         candidates: &[Vec<u32>],
         k: usize,
     ) -> Vec<Vec<Cand>> {
+        let store = store.rows;
         let d = store.dim();
         candidates
             .par_iter()
@@ -533,13 +591,21 @@ fn any_ge(chunk: &[f32], thr: f32) -> bool {
 
 /// Scans one inverted list with a lookup table, pushing live candidates.
 #[inline]
-pub(crate) fn adc_scan_list(lut: &[f32], m: usize, list: &ListRef<'_>, ids: &[u64], alive: &Bitset, heap: &mut TopK) {
+pub(crate) fn adc_scan_list(
+    lut: &[f32],
+    m: usize,
+    list: &InvList,
+    bias: f32,
+    ids: &[u64],
+    alive: &Bitset,
+    heap: &mut TopK,
+) {
     // One 256-entry table per sub-quantizer: indexing an `[f32; 256]` with a
     // `u8` needs no bounds check, and zipping tables with code bytes needs none
     // either, so the loop is pure loads and adds.
     let (tables, _) = lut[..m * 256].as_chunks::<256>();
     let mut thr = heap.threshold();
-    for (code, &row) in list.codes.chunks_exact(m).zip(list.rows) {
+    for (code, &row) in list.codes.chunks_exact(m).zip(&list.rows) {
         // Four independent partial sums break the add dependency chain.
         let mut acc = [0f32; 4];
         let (quads, rest) = code.as_chunks::<4>();
@@ -553,7 +619,7 @@ pub(crate) fn adc_scan_list(lut: &[f32], m: usize, list: &ListRef<'_>, ids: &[u6
         for (&c, t) in rest.iter().zip(trest) {
             acc[0] += t[c as usize];
         }
-        let s = list.bias + (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        let s = bias + (acc[0] + acc[1]) + (acc[2] + acc[3]);
         if s >= thr && alive.get(row as usize) {
             heap.push(Cand {
                 score: s,

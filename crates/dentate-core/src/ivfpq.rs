@@ -8,7 +8,7 @@
 //! for free from the coarse search. No per-list tables are needed (those are
 //! for L2).
 
-use crate::compute::{BaseRef, Compute, ListRef, Metric, default_compute};
+use crate::compute::{BaseRef, Compute, InvList, InvertedRef, Metric, Probe, StoreRef, default_compute, new_uid};
 use crate::error::{Error, Result};
 use crate::index::{Index, check_search};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
@@ -90,13 +90,9 @@ struct Trained {
     opq: Option<OpqRotation>,
     /// `nlist` unit centroids (in the rotated space when OPQ is on).
     coarse: Panels,
+    /// Cache identity of `coarse` for the compute backend.
+    coarse_uid: u64,
     pq: ProductQuantizer,
-}
-
-#[derive(Debug, Clone, Default)]
-struct InvList {
-    rows: Vec<u32>,
-    codes: Vec<u8>,
 }
 
 /// Approximate cosine search with IVF + (O)PQ + optional exact re-ranking.
@@ -216,8 +212,26 @@ impl IvfPqIndex {
         };
         let pq = ProductQuantizer::train(&resid, self.dim, self.cfg.m, &pq_cfg, c)?;
         lap("pq");
-        self.trained = Some(Trained { opq, coarse, pq });
+        self.trained = Some(Trained {
+            opq,
+            coarse,
+            coarse_uid: new_uid(),
+            pq,
+        });
+        // Entries encoded under an earlier training are re-encoded by the
+        // caller; backend caches of the lists must not outlive them.
+        self.rows.epoch += 1;
         Ok(())
+    }
+
+    /// The inverted lists as the compute interface sees them.
+    fn inverted(&self) -> InvertedRef<'_> {
+        InvertedRef {
+            lists: &self.lists,
+            m: self.cfg.m,
+            uid: self.rows.uid,
+            epoch: self.rows.epoch,
+        }
     }
 
     fn trained(&self) -> Result<&Trained> {
@@ -245,36 +259,51 @@ impl IvfPqIndex {
         };
         let t_rot = t0.elapsed();
         let nprobe = params.nprobe.min(self.cfg.nlist);
-        let coarse = c.top_k(&qr, BaseRef::plain(&t.coarse), nprobe);
+        let coarse = c.top_k(
+            &qr,
+            BaseRef {
+                uid: t.coarse_uid,
+                ..BaseRef::plain(&t.coarse)
+            },
+            nprobe,
+        );
         let t_coarse = t0.elapsed();
-        let probes: Vec<Vec<ListRef<'_>>> = coarse
+        let probes: Vec<Vec<Probe>> = coarse
             .iter()
             .map(|lists| {
                 lists
                     .iter()
-                    .map(|cand| {
-                        let l = &self.lists[cand.row as usize];
-                        ListRef {
-                            codes: &l.codes,
-                            rows: &l.rows,
-                            bias: cand.score,
-                        }
+                    .map(|cand| Probe {
+                        list: cand.row,
+                        bias: cand.score,
                     })
                     .collect()
             })
             .collect();
-
         let shortlist = if params.rerank > 0 {
             k.saturating_mul(params.rerank)
         } else {
             k
         };
-        let cands = c.adc_top_k(&qr, &t.pq, &probes, &self.rows.ids, &self.rows.alive, shortlist);
+        let cands = c.adc_top_k(
+            &qr,
+            &t.pq,
+            self.inverted(),
+            &probes,
+            &self.rows.ids,
+            &self.rows.alive,
+            shortlist,
+        );
         let t_scan = t0.elapsed();
         let out = match (&self.raw, params.rerank) {
             (Some(raw), r) if r > 0 => {
                 let rows: Vec<Vec<u32>> = cands.iter().map(|v| v.iter().map(|c| c.row).collect()).collect();
-                c.rerank(&q, raw, &self.rows.ids, &rows, k)
+                let store = StoreRef {
+                    rows: raw,
+                    uid: self.rows.uid,
+                    epoch: self.rows.epoch,
+                };
+                c.rerank(&q, store, &self.rows.ids, &rows, k)
             }
             _ => cands,
         };
@@ -407,6 +436,7 @@ impl IvfPqIndex {
                 idx.trained = Some(Trained {
                     opq: rot,
                     coarse: Panels::from_rows(&coarse, dim, Precision::F32),
+                    coarse_uid: new_uid(),
                     pq: ProductQuantizer::from_codebooks(dim, m, books),
                 });
             }

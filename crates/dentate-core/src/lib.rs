@@ -36,7 +36,9 @@ pub mod simd;
 pub mod topk;
 pub mod vector;
 
-pub use compute::{BaseRef, Compute, CpuCompute, ListRef, Metric, default_compute};
+pub use compute::{
+    BaseRef, Compute, CpuCompute, InvList, InvertedRef, Metric, Probe, StoreRef, default_compute, set_default_compute,
+};
 pub use error::{Error, Result};
 pub use flat::FlatIndex;
 pub use hybrid::{DEFAULT_FUSION, Fusion, candidate_depth, fuse, hybrid_search};

@@ -23,7 +23,7 @@ pub(crate) fn keep_mapped<T: Copy>(v: &[T], map: &[u32]) -> Vec<T> {
 }
 
 /// Ids, tombstones and salience of an index's rows.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct RowTable {
     pub ids: Vec<u64>,
     pos: HashMap<u64, u32>,
@@ -43,6 +43,22 @@ impl Default for RowTable {
             alive: Bitset::new(),
             salience: SalienceLog::default(),
             turn: 0,
+            uid: new_uid(),
+            epoch: 0,
+        }
+    }
+}
+
+/// A clone is a new storage: it gets its own `uid`, so a backend cache of
+/// the original is never taken for the copy once the two diverge.
+impl Clone for RowTable {
+    fn clone(&self) -> Self {
+        RowTable {
+            ids: self.ids.clone(),
+            pos: self.pos.clone(),
+            alive: self.alive.clone(),
+            salience: self.salience.clone(),
+            turn: self.turn,
             uid: new_uid(),
             epoch: 0,
         }

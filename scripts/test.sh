@@ -5,12 +5,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Packages from Debian that the tests need: Node and headless Chromium +
-# ChromeDriver for the browser build; clang compiles SQLite for wasm32.
+# ChromeDriver for the browser build; clang compiles SQLite for wasm32;
+# a Vulkan driver for the GPU backend.
 need=()
 command -v node >/dev/null || need+=(nodejs)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 command -v clang >/dev/null || need+=(clang)
+# Mesa's software Vulkan driver (lavapipe, adapter "llvmpipe"): the GPU
+# conformance suite (tests/conformance.rs) runs the wgpu backend on it and
+# fails, rather than skips, without an adapter.
+compgen -G "/usr/share/vulkan/icd.d/lvp_icd*.json" >/dev/null || need+=(mesa-vulkan-drivers libvulkan1)
 if ((${#need[@]})); then
     sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
     $sudo apt-get update -qq

@@ -688,7 +688,31 @@ pub(crate) fn info() {
         "SIMD path in use:     {} (override with DENTATE_SIMD)",
         Isa::active().name()
     );
-    println!("compute backend:      {}", dentate_core::default_compute().name());
+    println!(
+        "compute backend:      {} (choose with --backend or DENTATE_BACKEND=auto|cpu|gpu)",
+        dentate_core::default_compute().name()
+    );
+    let adapters = dentate_gpu::adapters();
+    if adapters.is_empty() {
+        println!("GPU adapters:         none (Linux: install a Vulkan driver, e.g. mesa-vulkan-drivers)");
+    }
+    for (i, a) in adapters.iter().enumerate() {
+        println!(
+            "GPU adapter {i}:        {} [{} {}{}] driver {}",
+            a.name,
+            a.backend,
+            a.device_type,
+            if a.hardware { "" } else { ", used only when forced" },
+            if a.driver.is_empty() { "-" } else { &a.driver }
+        );
+        println!(
+            "                      max storage binding {} MiB, workgroup memory {} KiB, {} invocations, SHADER_F16 {}",
+            a.max_storage_binding >> 20,
+            a.max_workgroup_storage >> 10,
+            a.max_invocations,
+            if a.shader_f16 { "yes" } else { "no" }
+        );
+    }
     println!("threads:              {}", rayon::current_num_threads());
     println!("cache:                {}", dentate_embed::cache_dir().display());
     println!(

@@ -14,6 +14,11 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "dentate", version, about, long_about = None)]
 struct Cli {
+    /// Compute backend: `auto` (a real GPU when there is one, else the
+    /// CPU), `cpu` or `gpu` (any adapter, software ones included). Default:
+    /// $DENTATE_BACKEND, else auto.
+    #[arg(long, global = true)]
+    backend: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,6 +57,17 @@ enum Command {
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    let choice = match cli.backend.as_deref() {
+        Some(b) => dentate_gpu::BackendChoice::parse(b),
+        None => dentate_gpu::BackendChoice::from_env(),
+    };
+    // The backend every index of this run uses (fetching a model needs none).
+    if !matches!(cli.command, Command::Model(_))
+        && let Err(e) = choice.and_then(dentate_gpu::install_backend)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Quickstart(a) => commands::quickstart(&a),
         Command::Bench(a) => bench::run(&a),

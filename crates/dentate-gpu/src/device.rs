@@ -1,0 +1,353 @@
+//! The device: adapter choice, limits and features, shader variants and
+//! pipelines, buffers, dispatches and read-back.
+
+use crate::error::{GpuError, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use wgpu::util::DeviceExt;
+
+/// The WGSL sources, one file per kernel family (`shaders/` at the root of
+/// the repository).
+pub(crate) mod wgsl {
+    /// Batched scoring with fused top-k, the merge pass, score matrices.
+    pub const TOPK: &str = include_str!("../../../shaders/topk.wgsl");
+    /// k-means centroid update, silhouette distance sums.
+    pub const KMEANS: &str = include_str!("../../../shaders/kmeans.wgsl");
+    /// PQ tables, ADC scan, exact re-ranking.
+    pub const PQ: &str = include_str!("../../../shaders/pq.wgsl");
+    /// Salience scores, radix select of the lowest rows.
+    pub const SELECT: &str = include_str!("../../../shaders/select.wgsl");
+}
+
+/// What an adapter is, as [`crate::adapters`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterReport {
+    /// Adapter name (e.g. `NVIDIA H100 80GB HBM3`, `llvmpipe (LLVM 15.0.6, 256 bits)`).
+    pub name: String,
+    /// Graphics API (`Vulkan`, `Metal`, `Dx12`, `Gl`, `BrowserWebGpu`).
+    pub backend: String,
+    /// `DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu` or `Other`.
+    pub device_type: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// A real GPU (discrete or integrated): chosen automatically. Software
+    /// adapters (llvmpipe, SwiftShader, WARP) are used only when forced.
+    pub hardware: bool,
+    /// `SHADER_F16` is available (f16 lookup tables in workgroup memory).
+    pub shader_f16: bool,
+    /// Largest storage-buffer binding, bytes (larger data is split into chunks).
+    pub max_storage_binding: u64,
+    /// Workgroup memory, bytes.
+    pub max_workgroup_storage: u32,
+    /// Invocations per workgroup.
+    pub max_invocations: u32,
+}
+
+impl AdapterReport {
+    pub(crate) fn of(adapter: &wgpu::Adapter) -> AdapterReport {
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        AdapterReport {
+            name: info.name.clone(),
+            backend: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+            hardware: matches!(
+                info.device_type,
+                wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu
+            ),
+            shader_f16: adapter.features().contains(wgpu::Features::SHADER_F16),
+            max_storage_binding: limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
+            max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+            max_invocations: limits.max_compute_invocations_per_workgroup,
+        }
+    }
+}
+
+/// An instance over Vulkan, Metal, DX12 and WebGPU (`WGPU_BACKEND`, e.g.
+/// `gl`, chooses others): the APIs where compute is first-class.
+pub(crate) fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter of every compiled-in graphics API, best first (discrete,
+/// integrated, virtual, software).
+pub(crate) fn enumerate() -> Vec<wgpu::Adapter> {
+    let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+    let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    // Within a kind, Vulkan/Metal/DX12 before GL (compute is a first-class
+    // citizen there).
+    let api = |a: &wgpu::Adapter| matches!(a.get_info().backend, wgpu::Backend::Gl) as u8;
+    all.sort_by_key(|a| (rank(a), api(a)));
+    all
+}
+
+/// A device and queue with its limits, and the compiled pipelines.
+pub(crate) struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub report: AdapterReport,
+    pub limits: wgpu::Limits,
+    pub f16: bool,
+    /// A lower cap on the bytes per binding than the adapter's (to exercise
+    /// chunking on small data).
+    pub binding_cap: Option<u64>,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("adapter", &self.report.name).finish()
+    }
+}
+
+impl Gpu {
+    /// Opens `adapter` with its own limits and `SHADER_F16` when it has it.
+    pub fn open(adapter: &wgpu::Adapter) -> Result<Gpu> {
+        let report = AdapterReport::of(adapter);
+        let f16 = report.shader_f16;
+        let limits = adapter.limits();
+        let features = if f16 {
+            wgpu::Features::SHADER_F16
+        } else {
+            wgpu::Features::empty()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("dentate"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| GpuError::Device(format!("{}: {e}", report.name)))?;
+        // Errors are caught by error scopes around every operation; one that
+        // escapes them is logged, never a panic.
+        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| log::error!("wgpu: {e}")));
+        Ok(Gpu {
+            device,
+            queue,
+            report,
+            limits,
+            f16,
+            binding_cap: None,
+            pipelines: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Largest buffer the kernels bind, bytes (a multiple of 256).
+    pub fn max_binding(&self) -> u64 {
+        let adapter = self
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size);
+        self.binding_cap.map_or(adapter, |c| c.min(adapter)) & !255
+    }
+
+    /// Workgroups per dispatch dimension.
+    pub fn max_groups(&self) -> u32 {
+        self.limits.max_compute_workgroups_per_dimension
+    }
+
+    /// The pipeline of `entry` in `source`, specialised by `consts`
+    /// (prepended as `const NAME = value;`) and textual `replace`ments;
+    /// compiled once per variant.
+    pub fn pipeline(
+        &self,
+        source: &'static str,
+        entry: &str,
+        consts: &[(&str, String)],
+        replace: &[(&str, String)],
+        enable_f16: bool,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        let mut key = format!("{:p}/{entry}/{enable_f16}", source.as_ptr());
+        for (k, v) in consts.iter().chain(replace) {
+            key.push_str(&format!("/{k}={v}"));
+        }
+        let mut cache = self.pipelines.lock().map_err(|_| GpuError::Poisoned)?;
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let mut code = String::new();
+        if enable_f16 {
+            code.push_str("enable f16;\n");
+        }
+        for (name, value) in consts {
+            code.push_str(&format!("const {name} = {value};\n"));
+        }
+        let mut body = source.to_string();
+        for (from, to) in replace {
+            body = body.replace(from, to);
+        }
+        code.push_str(&body);
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(entry),
+            source: wgpu::ShaderSource::Wgsl(code.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Shader(format!("{entry}: {e}")));
+        }
+        let p = Arc::new(pipeline);
+        cache.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// A storage buffer holding `bytes` (at least 16 bytes; padded to 4).
+    pub fn storage(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        if bytes.len() >= 16 && bytes.len().is_multiple_of(4) {
+            return self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytes,
+                usage,
+            });
+        }
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().max(16).next_multiple_of(4), 0);
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: &padded,
+            usage,
+        })
+    }
+
+    /// A zeroed storage buffer of `size` bytes (at least 16).
+    pub fn zeroed(&self, label: &str, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size.max(16).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A uniform buffer holding `bytes` (a multiple of 16).
+    pub fn uniform(&self, bytes: &[u8]) -> wgpu::Buffer {
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("params"),
+            contents: bytes,
+            usage: wgpu::BufferUsages::UNIFORM,
+        })
+    }
+
+    /// A bind group of `pipeline`'s group 0 with `(binding, buffer)` entries.
+    pub fn bind(&self, pipeline: &wgpu::ComputePipeline, entries: &[(u32, &wgpu::Buffer)]) -> wgpu::BindGroup {
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = entries
+            .iter()
+            .map(|(binding, buf)| wgpu::BindGroupEntry {
+                binding: *binding,
+                resource: buf.as_entire_binding(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        })
+    }
+
+    pub fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("dentate") })
+    }
+
+    /// Records one dispatch of `groups` workgroups.
+    pub fn dispatch(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        pipeline: &wgpu::ComputePipeline,
+        bind: &wgpu::BindGroup,
+        groups: (u32, u32),
+    ) {
+        if groups.0 == 0 || groups.1 == 0 {
+            return;
+        }
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, bind, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, 1);
+    }
+
+    /// Submits `enc`, then copies `size` bytes of `buf` from `offset` back
+    /// to the host and waits for them.
+    pub fn submit_and_read(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        buf: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
+        let size4 = size.next_multiple_of(4).max(4);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size: size4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size4);
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Device(format!("poll: {e}")))?;
+        rx.recv()
+            .map_err(|_| GpuError::Device("the read-back was dropped".into()))?
+            .map_err(|e| GpuError::Device(format!("map: {e}")))?;
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| GpuError::Device(format!("mapped range: {e}")))?;
+        let out = view[..size as usize].to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Submits `enc` without reading anything back.
+    pub fn submit(&self, enc: wgpu::CommandEncoder) {
+        self.queue.submit([enc.finish()]);
+    }
+}
+
+/// Runs `f` inside validation and out-of-memory error scopes of `device`;
+/// an error either scope caught becomes a [`GpuError`].
+pub(crate) fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let out = f();
+    let v = pollster::block_on(validation.pop());
+    let o = pollster::block_on(oom.pop());
+    if let Some(e) = v {
+        return Err(GpuError::Validation(e.to_string()));
+    }
+    if let Some(e) = o {
+        return Err(GpuError::OutOfMemory(e.to_string()));
+    }
+    out
+}
+
+/// Little-endian bytes of 32-bit words (uniform blocks).
+pub(crate) fn words(w: &[u32]) -> Vec<u8> {
+    bytemuck::cast_slice(w).to_vec()
+}

@@ -1,0 +1,382 @@
+//! # dentate-gpu — the wgpu backend of Dentate
+//!
+//! [`GpuCompute`] implements the core's compute interface
+//! ([`dentate_core::Compute`]) with WGSL compute shaders (the files in
+//! `shaders/` at the root of the repository, one per kernel family) through
+//! [wgpu](https://wgpu.rs): Vulkan, Metal, DX12 and GL natively, WebGPU in
+//! the browser. Indexes and training code call the same trait on either
+//! backend and get the same ids (ties broken by id on both) and scores
+//! within float rounding.
+//!
+//! | kernel | CPU (`dentate_core::CpuCompute`) | GPU (this crate) |
+//! |---|---|---|
+//! | `top_k`, `assign` | register-tiled panel GEMM + fused heap | `topk.wgsl` `scan` (per-thread top-K) + `merge` passes |
+//! | `matmul_nt` | panel GEMM tiles | `topk.wgsl` `scores` |
+//! | `cluster_sums` | chunked sums in chunk order | `kmeans.wgsl` `cluster_sums` (one owner per sum, point order) |
+//! | `cluster_distance_sums` | Gram tiles | `kmeans.wgsl` `distance_sums` |
+//! | `adc_top_k` | per-query table + unrolled scan | `pq.wgsl` `adc` (table in workgroup memory) + `merge` |
+//! | `rerank` | f16/f32 dot per candidate | `pq.wgsl` `rerank` + `merge` |
+//! | `salience` | per-row formula | `select.wgsl` `salience` |
+//! | `lowest` | heap | `select.wgsl` radix select (`histogram`, `collect`) |
+//!
+//! Data the core marks with a storage identity (`uid`/`epoch` of
+//! [`dentate_core::BaseRef`], [`dentate_core::InvertedRef`],
+//! [`dentate_core::StoreRef`]) stays on the device between calls and only
+//! appended rows are uploaded; data over the adapter's storage-binding limit
+//! is split into chunks. Top-k never reads scores back: each thread keeps a
+//! sorted list in registers, merge passes fold the lists on the device, and
+//! only `k` candidates per query cross the bus.
+//!
+//! Nothing on the GPU path reaches a caller as a panic or an error: an
+//! operation the kernels do not cover (k > [`MAX_K`], inverted lists above
+//! one binding) or one the device fails (validation, out of memory, device
+//! lost) runs on the CPU backend instead, and [`GpuCompute::fallbacks`]
+//! counts it.
+//!
+//! ## Choosing a backend
+//! [`select_backend`] implements the policy: a real GPU (discrete or
+//! integrated) is used automatically; a software adapter (llvmpipe,
+//! SwiftShader, WARP) only when forced, because the CPU path is faster
+//! there. `DENTATE_BACKEND=cpu|gpu|auto` or a [`BackendChoice`] forces
+//! either; forcing `gpu` without any adapter is [`GpuError::NoAdapter`].
+//! [`install_backend`] also makes the choice the default of every index
+//! created afterwards ([`dentate_core::set_default_compute`]).
+#![warn(missing_docs)]
+
+mod cluster;
+mod device;
+mod error;
+mod pq;
+mod resident;
+mod select;
+mod topk;
+
+pub use device::AdapterReport;
+pub use error::{GpuError, Result};
+pub use topk::MAX_K;
+
+use dentate_core::pq::ProductQuantizer;
+use dentate_core::salience::SalienceParams;
+use dentate_core::simd::Panels;
+use dentate_core::topk::Cand;
+use dentate_core::vector::Bitset;
+use dentate_core::{BaseRef, Compute, CpuCompute, InvertedRef, Metric, Probe, StoreRef};
+use resident::{Lru, ResidentBase, ResidentIds, ResidentLists, ResidentStore};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Every adapter wgpu finds on this machine, best first.
+pub fn adapters() -> Vec<AdapterReport> {
+    device::enumerate().iter().map(AdapterReport::of).collect()
+}
+
+/// Which backend to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// A real GPU when there is one, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU backend.
+    Cpu,
+    /// The GPU backend on the best adapter, software adapters included.
+    Gpu,
+}
+
+impl BackendChoice {
+    /// Parses `auto`, `cpu` or `gpu`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(BackendChoice::Auto),
+            "cpu" => Ok(BackendChoice::Cpu),
+            "gpu" => Ok(BackendChoice::Gpu),
+            _ => Err(GpuError::UnknownBackend(s.to_string())),
+        }
+    }
+
+    /// `DENTATE_BACKEND`, or `Auto` when it is unset.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("DENTATE_BACKEND") {
+            Ok(v) => Self::parse(&v),
+            Err(_) => Ok(BackendChoice::Auto),
+        }
+    }
+}
+
+/// The backend `choice` asks for: [`BackendChoice::Auto`] opens the first
+/// discrete or integrated GPU and otherwise returns the CPU backend;
+/// [`BackendChoice::Gpu`] opens the best adapter of any kind, or fails.
+pub fn select_backend(choice: BackendChoice) -> Result<Arc<dyn Compute>> {
+    match choice {
+        BackendChoice::Cpu => Ok(Arc::new(CpuCompute::default())),
+        BackendChoice::Gpu => Ok(Arc::new(GpuCompute::new(true)?)),
+        BackendChoice::Auto => match GpuCompute::new(false) {
+            Ok(g) => Ok(Arc::new(g)),
+            Err(GpuError::NoAdapter(why)) => {
+                log::info!("backend: cpu ({why})");
+                Ok(Arc::new(CpuCompute::default()))
+            }
+            Err(e) => {
+                log::warn!("backend: cpu (the GPU could not be opened: {e})");
+                Ok(Arc::new(CpuCompute::default()))
+            }
+        },
+    }
+}
+
+/// [`select_backend`], installed as the default backend of every index
+/// created from now on.
+pub fn install_backend(choice: BackendChoice) -> Result<Arc<dyn Compute>> {
+    let c = select_backend(choice)?;
+    dentate_core::set_default_compute(c.clone());
+    Ok(c)
+}
+
+/// Where the per-query PQ lookup table lives during the ADC scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TablePlacement {
+    /// f32 in workgroup memory when it fits the adapter's limit (M ≤ 16 at
+    /// WebGPU's 16 KiB), else f16 there when `SHADER_F16` allows, else a
+    /// storage buffer.
+    #[default]
+    Auto,
+    /// f32 in workgroup memory (falls back as `Auto` when it does not fit).
+    Shared,
+    /// f16 in workgroup memory (needs `SHADER_F16`; falls back as `Auto`).
+    SharedF16,
+    /// f32 in a storage buffer, written by a separate pass.
+    Global,
+}
+
+/// Settings of [`GpuCompute::with_options`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuOptions {
+    /// Also take virtual and software adapters (llvmpipe, SwiftShader,
+    /// WARP); otherwise only a discrete or integrated GPU.
+    pub allow_software: bool,
+    /// Placement of the PQ lookup tables.
+    pub table: TablePlacement,
+    /// Bytes per storage binding, when lower than the adapter's limit
+    /// (splits data into more chunks; for testing the chunked paths).
+    pub binding_limit: Option<u64>,
+}
+
+/// Device state: the device, and the data kept on it.
+pub(crate) struct GpuState {
+    pub gpu: device::Gpu,
+    pub table: TablePlacement,
+    pub bases: Lru<ResidentBase>,
+    pub stores: Lru<ResidentStore>,
+    pub ids: Lru<ResidentIds>,
+    pub lists: Lru<ResidentLists>,
+    /// The last PQ codebooks uploaded (host copy, to recognise them).
+    pub books: Option<(Vec<f32>, wgpu::Buffer)>,
+}
+
+/// The wgpu compute backend. See the crate documentation.
+pub struct GpuCompute {
+    state: Mutex<GpuState>,
+    report: AdapterReport,
+    cpu: CpuCompute,
+    fallbacks: AtomicU64,
+}
+
+impl std::fmt::Debug for GpuCompute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuCompute").field("adapter", &self.report).finish()
+    }
+}
+
+impl GpuCompute {
+    /// Opens the best adapter: only a discrete or integrated GPU unless
+    /// `allow_software`, which also takes virtual and software adapters.
+    pub fn new(allow_software: bool) -> Result<Self> {
+        Self::with_options(GpuOptions {
+            allow_software,
+            ..GpuOptions::default()
+        })
+    }
+
+    /// Opens the best adapter `options` allow, with its settings.
+    pub fn with_options(options: GpuOptions) -> Result<Self> {
+        let allow_software = options.allow_software;
+        let all = device::enumerate();
+        let found = all.len();
+        let adapter = all
+            .into_iter()
+            .find(|a| allow_software || AdapterReport::of(a).hardware)
+            .ok_or_else(|| {
+                GpuError::NoAdapter(if found == 0 {
+                    "wgpu found no adapter (on Linux: install a Vulkan driver, e.g. mesa-vulkan-drivers)".into()
+                } else {
+                    format!("{found} adapter(s), none a discrete or integrated GPU; force one with DENTATE_BACKEND=gpu")
+                })
+            })?;
+        let mut gpu = device::Gpu::open(&adapter)?;
+        gpu.binding_cap = options.binding_limit;
+        let report = gpu.report.clone();
+        log::info!("backend: gpu ({}, {})", report.name, report.backend);
+        Ok(GpuCompute {
+            state: Mutex::new(GpuState {
+                gpu,
+                table: options.table,
+                bases: Lru::new(8),
+                stores: Lru::new(4),
+                ids: Lru::new(4),
+                lists: Lru::new(4),
+                books: None,
+            }),
+            report,
+            cpu: CpuCompute::default(),
+            fallbacks: AtomicU64::new(0),
+        })
+    }
+
+    /// The adapter in use.
+    pub fn adapter(&self) -> &AdapterReport {
+        &self.report
+    }
+
+    /// Operations that ran on the CPU instead (not covered by the kernels,
+    /// or failed on the device) since this backend was opened.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// Runs `gpu` on the device state inside error scopes; on any error
+    /// logs it, counts a fallback and returns `cpu()`.
+    fn run<T>(
+        &self,
+        what: &str,
+        gpu: impl FnOnce(&mut GpuState) -> Result<T>,
+        cpu: impl FnOnce(&CpuCompute) -> T,
+    ) -> T {
+        let out = match self.state.lock() {
+            Ok(mut st) => {
+                let device = st.gpu.device.clone();
+                device::scoped(&device, || gpu(&mut st))
+            }
+            Err(_) => Err(GpuError::Poisoned),
+        };
+        match out {
+            Ok(v) => v,
+            Err(e) => {
+                match &e {
+                    GpuError::Unsupported(_) => log::debug!("{what} on the CPU: {e}"),
+                    _ => log::warn!("{what} failed on the GPU, running it on the CPU: {e}"),
+                }
+                self.fallbacks.fetch_add(1, Ordering::Relaxed);
+                cpu(&self.cpu)
+            }
+        }
+    }
+}
+
+impl Compute for GpuCompute {
+    fn name(&self) -> String {
+        format!("gpu ({}, {})", self.report.name, self.report.backend)
+    }
+
+    fn top_k(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>> {
+        let d = base.panels.dim();
+        if d == 0 || queries.len() < d {
+            return Vec::new();
+        }
+        if base.panels.is_empty() || k == 0 {
+            return vec![Vec::new(); queries.len() / d];
+        }
+        self.run("top_k", |s| s.top_k(queries, &base, k), |c| c.top_k(queries, base, k))
+    }
+
+    fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32> {
+        if b.dim() == 0 || b.is_empty() || a.len() < b.dim() {
+            return Vec::new();
+        }
+        self.run(
+            "matmul_nt",
+            |s| s.matmul_nt(a, &BaseRef::plain(b)),
+            |c| c.matmul_nt(a, b),
+        )
+    }
+
+    fn cluster_sums(&self, points: &[f32], dim: usize, assign: &[u32], k: usize) -> (Vec<f32>, Vec<u32>) {
+        if dim == 0 || k == 0 {
+            return (vec![0.0; k * dim], vec![0; k]);
+        }
+        self.run(
+            "cluster_sums",
+            |s| s.cluster_sums(points, dim, assign, k),
+            |c| c.cluster_sums(points, dim, assign, k),
+        )
+    }
+
+    fn cluster_distance_sums(&self, points: &Panels, labels: &[u32], k: usize, metric: Metric) -> Vec<f32> {
+        if points.is_empty() || points.dim() == 0 || k == 0 {
+            return Vec::new();
+        }
+        self.run(
+            "cluster_distance_sums",
+            |s| s.distance_sums(points, labels, k, metric),
+            |c| c.cluster_distance_sums(points, labels, k, metric),
+        )
+    }
+
+    fn adc_top_k(
+        &self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        lists: InvertedRef<'_>,
+        probes: &[Vec<Probe>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Vec<Vec<Cand>> {
+        if probes.is_empty() || k == 0 {
+            return vec![Vec::new(); probes.len()];
+        }
+        self.run(
+            "adc_top_k",
+            |s| s.adc_top_k(queries, pq, &lists, probes, ids, alive, k),
+            |c| c.adc_top_k(queries, pq, lists, probes, ids, alive, k),
+        )
+    }
+
+    fn rerank(
+        &self,
+        queries: &[f32],
+        store: StoreRef<'_>,
+        ids: &[u64],
+        candidates: &[Vec<u32>],
+        k: usize,
+    ) -> Vec<Vec<Cand>> {
+        if candidates.is_empty() || k == 0 {
+            return vec![Vec::new(); candidates.len()];
+        }
+        self.run(
+            "rerank",
+            |s| s.rerank(queries, &store, ids, candidates, k),
+            |c| c.rerank(queries, store, ids, candidates, k),
+        )
+    }
+
+    fn salience(&self, added: &[u64], last_retrieved: &[u64], now: u64, params: &SalienceParams) -> Vec<f32> {
+        if added.is_empty() {
+            return Vec::new();
+        }
+        self.run(
+            "salience",
+            |s| s.salience(added, last_retrieved, now, params),
+            |c| c.salience(added, last_retrieved, now, params),
+        )
+    }
+
+    fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
+        if count == 0 || scores.is_empty() {
+            return Vec::new();
+        }
+        self.run(
+            "lowest",
+            |s| s.lowest(scores, ids, alive, count),
+            |c| c.lowest(scores, ids, alive, count),
+        )
+    }
+}

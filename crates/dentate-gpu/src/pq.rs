@@ -1,0 +1,274 @@
+//! IVF-PQ on the device (`shaders/pq.wgsl`): lookup tables, the ADC scan of
+//! the probed lists, exact re-ranking.
+
+use crate::GpuState;
+use crate::device::{Gpu, wgsl, words};
+use crate::error::{GpuError, Result};
+use crate::resident::{ResidentIds, ResidentLists, ResidentStore};
+use crate::topk::{CAND_BYTES, decode, merge_to_one, slots};
+use dentate_core::pq::ProductQuantizer;
+use dentate_core::topk::Cand;
+use dentate_core::vector::Bitset;
+use dentate_core::{InvertedRef, Probe, StoreRef};
+
+/// Threads per workgroup of the ADC and re-rank kernels (one list each).
+const WG: usize = 256;
+
+/// Where the lookup table lives.
+pub(crate) type Table = crate::TablePlacement;
+
+/// The placement for `m` sub-quantizers: the one asked for when the
+/// adapter allows it, else the fastest that fits its workgroup memory.
+fn table_placement(gpu: &Gpu, asked: Table, m: usize) -> Table {
+    let limit = gpu.limits.max_compute_workgroup_storage_size as usize;
+    let f32_fits = m * 256 * 4 <= limit;
+    let f16_fits = gpu.f16 && m * 256 * 2 <= limit;
+    match asked {
+        Table::Global => Table::Global,
+        Table::SharedF16 if f16_fits => Table::SharedF16,
+        Table::Shared if f32_fits => Table::Shared,
+        _ if f32_fits => Table::Shared,
+        _ if f16_fits => Table::SharedF16,
+        _ => Table::Global,
+    }
+}
+
+fn lut_source(t: Table) -> (String, String) {
+    match t {
+        Table::Auto | Table::Shared => (
+            "var<workgroup> lut: array<f32, M * 256u>;\nfn lut_read(q: u32, e: u32) -> f32 { return lut[e]; }".into(),
+            "if q < P.nq { for (var e = li; e < M * 256u; e += WG) { lut[e] = table_entry(P.q0 + q, e); } }".into(),
+        ),
+        Table::SharedF16 => (
+            "var<workgroup> lut: array<f16, M * 256u>;\nfn lut_read(q: u32, e: u32) -> f32 { return f32(lut[e]); }"
+                .into(),
+            "if q < P.nq { for (var e = li; e < M * 256u; e += WG) { lut[e] = f16(table_entry(P.q0 + q, e)); } }"
+                .into(),
+        ),
+        Table::Global => (
+            "fn lut_read(q: u32, e: u32) -> f32 { return gtables[q * M * 256u + e]; }".into(),
+            String::new(),
+        ),
+    }
+}
+
+fn consts(kk: usize, pq_m: usize, dsub: usize, f16_store: bool) -> Vec<(&'static str, String)> {
+    vec![
+        ("K", format!("{kk}u")),
+        ("M", format!("{pq_m}u")),
+        ("DSUB", format!("{dsub}u")),
+        ("W", format!("{}u", pq_m.div_ceil(4))),
+        ("F16", f16_store.to_string()),
+    ]
+}
+
+impl GpuState {
+    /// The device copy of `ids` (kept with the storage identity they share
+    /// with the lists and the re-rank store).
+    fn ids_buffer(&mut self, uid: u64, epoch: u64, ids: &[u64]) -> Result<wgpu::Buffer> {
+        let gpu = &self.gpu;
+        let r = self.ids.get(
+            uid,
+            |r| r.sync(gpu, uid, epoch, ids),
+            || ResidentIds::new(gpu, uid, epoch, ids),
+        )?;
+        Ok(r.buffer().cloned().unwrap_or_else(|| gpu.zeroed("ids", 16)))
+    }
+
+    fn codebooks(&mut self, pq: &ProductQuantizer) -> wgpu::Buffer {
+        let books = pq.codebooks();
+        if let Some((host, buf)) = &self.books
+            && host.as_slice() == books
+        {
+            return buf.clone();
+        }
+        let buf = self.gpu.storage("codebooks", bytemuck::cast_slice(books));
+        self.books = Some((books.to_vec(), buf.clone()));
+        buf
+    }
+
+    /// The ADC scan with per-query tables and a device top-k.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn adc_top_k(
+        &mut self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        lists: &InvertedRef<'_>,
+        probes: &[Vec<Probe>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Result<Vec<Vec<Cand>>> {
+        let kk = slots(k)?;
+        let (m, d) = (pq.m(), pq.dim());
+        let nq = probes.len();
+        // Ids are keyed like the lists (one row table serves both).
+        let ids_buf = self.ids_buffer(lists.uid, lists.epoch, ids)?;
+        let books = self.codebooks(pq);
+        let gpu = &self.gpu;
+        let res = self
+            .lists
+            .get(lists.uid, |r| Ok(r.sync(gpu, lists)), || ResidentLists::new(gpu, lists))?;
+        let table = table_placement(gpu, self.table, m);
+        let (decl, fill) = lut_source(table);
+        let c = consts(kk, m, pq.dsub(), false);
+        let replace = [("LUT_DECL", decl), ("LUT_FILL", fill)];
+        let adc = gpu.pipeline(wgsl::PQ, "adc", &c, &replace, table == Table::SharedF16)?;
+        let tables = match table {
+            Table::Global => Some(gpu.pipeline(wgsl::PQ, "tables", &c, &replace, false)?),
+            _ => None,
+        };
+        let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
+        let dummy = gpu.zeroed("unused", 16);
+        let maxb = gpu.max_binding();
+        let per_query = (WG * kk) as u64 * CAND_BYTES;
+        let table_bytes = (m * 256 * 4) as u64;
+        let nb_max = ((maxb / per_query) as usize)
+            .min((maxb / table_bytes) as usize)
+            .min((maxb / (nprobe as u64 * 16)) as usize)
+            .min(gpu.max_groups() as usize)
+            .max(1);
+        let mut out = Vec::with_capacity(nq);
+        let mut q0 = 0;
+        while q0 < nq {
+            let nb = (nq - q0).min(nb_max);
+            let mut pr = vec![0u32; nb * nprobe * 4];
+            for (qi, list) in probes[q0..q0 + nb].iter().enumerate() {
+                for (j, p) in list.iter().enumerate() {
+                    let Some(&(off, len, _)) = res.spans.get(p.list as usize) else {
+                        continue;
+                    };
+                    let at = (qi * nprobe + j) * 4;
+                    pr[at] = off as u32;
+                    pr[at + 1] = len as u32;
+                    pr[at + 2] = p.bias.to_bits();
+                }
+            }
+            let qbuf = gpu.storage("queries", bytemuck::cast_slice(&queries[q0 * d..(q0 + nb) * d]));
+            let pbuf = gpu.storage("probes", bytemuck::cast_slice(&pr));
+            let partial = gpu.zeroed("partial", nb as u64 * per_query);
+            let gtab = match table {
+                Table::Global => gpu.zeroed("tables", nb as u64 * table_bytes),
+                _ => dummy.clone(),
+            };
+            let params = gpu.uniform(&words(&[nb as u32, d as u32, nprobe as u32, 0, 0, 0, 0, 0, 0, 0, 0, 0]));
+            let mut enc = gpu.encoder();
+            if let Some(tp) = &tables {
+                let bind = gpu.bind(tp, &[(0, &params), (1, &qbuf), (2, &books), (9, &gtab)]);
+                gpu.dispatch(&mut enc, tp, &bind, (nb as u32, 1));
+            }
+            let mut entries = vec![
+                (0, &params),
+                (3, &res.codes),
+                (4, &res.rows),
+                (5, &pbuf),
+                (6, &ids_buf),
+                (7, &alive_buf),
+                (8, &partial),
+            ];
+            match table {
+                Table::Global => entries.push((9, &gtab)),
+                _ => {
+                    entries.push((1, &qbuf));
+                    entries.push((2, &books));
+                }
+            }
+            let bind = gpu.bind(&adc, &entries);
+            gpu.dispatch(&mut enc, &adc, &bind, (nb as u32, 1));
+            let merged = merge_to_one(gpu, &mut enc, partial, nb, WG, kk)?;
+            let bytes = gpu.submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)?;
+            out.extend(decode(&bytes, nb, kk, k));
+            q0 += nb;
+        }
+        Ok(out)
+    }
+
+    /// Exact re-ranking of candidate rows against the stored vectors.
+    pub(crate) fn rerank(
+        &mut self,
+        queries: &[f32],
+        store: &StoreRef<'_>,
+        ids: &[u64],
+        candidates: &[Vec<u32>],
+        k: usize,
+    ) -> Result<Vec<Vec<Cand>>> {
+        let kk = slots(k)?;
+        let d = store.rows.dim();
+        let nq = candidates.len();
+        let ids_buf = self.ids_buffer(store.uid, store.epoch, ids)?;
+        let gpu = &self.gpu;
+        let res = self
+            .stores
+            .get(store.uid, |r| Ok(r.sync(gpu, store)), || ResidentStore::new(gpu, store))?;
+        let chunk_rows = res.vecs.chunk_rows();
+        let nchunks = store.rows.len().div_ceil(chunk_rows).max(1);
+        if nchunks > res.vecs.chunks() && !store.rows.is_empty() {
+            return Err(GpuError::Device("the re-rank store is not resident".into()));
+        }
+        let pipe = gpu.pipeline(
+            wgsl::PQ,
+            "rerank",
+            &consts(kk, 4, 1, res.f16),
+            &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
+            false,
+        )?;
+        let ncand = candidates.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let lists = nchunks * WG;
+        let maxb = gpu.max_binding();
+        let per_query = (lists * kk) as u64 * CAND_BYTES;
+        let nb_max = ((maxb / per_query.max(1)) as usize)
+            .min((maxb / (ncand as u64 * 4)) as usize)
+            .min((maxb / (d as u64 * 4)) as usize)
+            .min(gpu.max_groups() as usize)
+            .max(1);
+        let mut out = Vec::with_capacity(nq);
+        let mut q0 = 0;
+        while q0 < nq {
+            let nb = (nq - q0).min(nb_max);
+            let mut cands = vec![u32::MAX; nb * ncand];
+            for (qi, rows) in candidates[q0..q0 + nb].iter().enumerate() {
+                cands[qi * ncand..qi * ncand + rows.len()].copy_from_slice(rows);
+            }
+            let qbuf = gpu.storage("queries", bytemuck::cast_slice(&queries[q0 * d..(q0 + nb) * d]));
+            let cbuf = gpu.storage("candidates", bytemuck::cast_slice(&cands));
+            let partial = gpu.zeroed("partial", nb as u64 * per_query);
+            let mut enc = gpu.encoder();
+            for c in 0..nchunks {
+                let row0 = c * chunk_rows;
+                let nrows = store.rows.len().saturating_sub(row0).min(chunk_rows);
+                let params = gpu.uniform(&words(&[
+                    nb as u32,
+                    d as u32,
+                    0,
+                    0,
+                    ncand as u32,
+                    row0 as u32,
+                    nrows as u32,
+                    (c * WG) as u32,
+                    lists as u32,
+                    res.words as u32,
+                    0,
+                    0,
+                ]));
+                let bind = gpu.bind(
+                    &pipe,
+                    &[
+                        (0, &params),
+                        (1, &qbuf),
+                        (6, &ids_buf),
+                        (8, &partial),
+                        (10, res.vecs.chunk(c)),
+                        (11, &cbuf),
+                    ],
+                );
+                gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
+            }
+            let merged = merge_to_one(gpu, &mut enc, partial, nb, lists, kk)?;
+            let bytes = gpu.submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)?;
+            out.extend(decode(&bytes, nb, kk, k));
+            q0 += nb;
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,453 @@
+//! Data kept on the device between calls: base vectors, re-rank stores, ids
+//! and inverted lists, keyed on the `uid`/`epoch` identity the core gives
+//! them. Appends upload only the new rows; anything else (a new epoch, a
+//! shrink) uploads afresh. Data larger than one storage binding lives in
+//! chunks of whole 64-row blocks, one buffer each.
+
+use crate::device::Gpu;
+use crate::error::{GpuError, Result};
+use dentate_core::simd::{Floats, PANEL};
+use dentate_core::{BaseRef, InvertedRef, StoreRef};
+
+/// Rows of `row_bytes` bytes in chunks of at most `chunk_rows` rows; each
+/// chunk is one storage buffer that grows by doubling (copied on the
+/// device, never re-sent from the host).
+pub(crate) struct RowBuffers {
+    row_bytes: u64,
+    chunk_rows: usize,
+    chunks: Vec<(wgpu::Buffer, usize)>,
+}
+
+impl RowBuffers {
+    /// Chunks of at most `chunk_rows` rows (a multiple of 64).
+    pub fn new(row_bytes: u64, chunk_rows: usize) -> Self {
+        RowBuffers {
+            row_bytes,
+            chunk_rows,
+            chunks: Vec::new(),
+        }
+    }
+
+    /// The most rows of `row_bytes` bytes one binding of `gpu` holds, in
+    /// whole 64-row blocks.
+    pub fn rows_per_binding(gpu: &Gpu, row_bytes: u64) -> Result<usize> {
+        let rows = (gpu.max_binding() / row_bytes.max(1)) as usize / 64 * 64;
+        if rows == 0 {
+            return Err(GpuError::Unsupported(format!(
+                "a row of {row_bytes} bytes exceeds 64 rows per storage binding"
+            )));
+        }
+        Ok(rows)
+    }
+
+    pub fn chunk_rows(&self) -> usize {
+        self.chunk_rows
+    }
+
+    /// Rows the chunks can hold now.
+    fn capacity(&self) -> usize {
+        self.chunks
+            .last()
+            .map_or(0, |last| (self.chunks.len() - 1) * self.chunk_rows + last.1)
+    }
+
+    /// Makes room for `rows` rows in total.
+    fn reserve(&mut self, gpu: &Gpu, rows: usize) {
+        let mut enc: Option<wgpu::CommandEncoder> = None;
+        loop {
+            let have = self.capacity();
+            if have >= rows {
+                break;
+            }
+            let chunk_rows = self.chunk_rows;
+            match self.chunks.last_mut() {
+                Some(last) if last.1 < chunk_rows => {
+                    let need = rows - (have - last.1);
+                    let cap = need.max(2 * last.1).next_multiple_of(64).min(chunk_rows);
+                    let buf = gpu.zeroed("rows", cap as u64 * self.row_bytes);
+                    let e = enc.get_or_insert_with(|| gpu.encoder());
+                    e.copy_buffer_to_buffer(&last.0, 0, &buf, 0, last.1 as u64 * self.row_bytes);
+                    *last = (buf, cap);
+                }
+                _ => {
+                    let cap = (rows - have).next_multiple_of(64).clamp(64, chunk_rows);
+                    self.chunks.push((gpu.zeroed("rows", cap as u64 * self.row_bytes), cap));
+                }
+            }
+        }
+        if let Some(e) = enc {
+            gpu.submit(e);
+        }
+    }
+
+    /// Writes `bytes` (whole rows) starting at row `row0`, growing as needed.
+    pub fn write(&mut self, gpu: &Gpu, row0: usize, bytes: &[u8]) {
+        let rows = bytes.len() / self.row_bytes as usize;
+        self.reserve(gpu, row0 + rows);
+        let mut r = row0;
+        let mut off = 0usize;
+        while r < row0 + rows {
+            let c = r / self.chunk_rows;
+            let local = r % self.chunk_rows;
+            let take = (self.chunk_rows - local).min(row0 + rows - r);
+            let len = take * self.row_bytes as usize;
+            gpu.queue
+                .write_buffer(&self.chunks[c].0, local as u64 * self.row_bytes, &bytes[off..off + len]);
+            r += take;
+            off += len;
+        }
+    }
+
+    /// Buffer of chunk `c`.
+    pub fn chunk(&self, c: usize) -> &wgpu::Buffer {
+        &self.chunks[c].0
+    }
+
+    pub fn chunks(&self) -> usize {
+        self.chunks.len()
+    }
+}
+
+/// The bytes of panels `p0..p1` (f32 or f16 components).
+fn panel_bytes(data: &Floats, dim: usize, p0: usize, p1: usize) -> &[u8] {
+    let (a, b) = (p0 * PANEL * dim, p1 * PANEL * dim);
+    match data {
+        Floats::F32(v) => bytemuck::cast_slice(&v[a..b]),
+        Floats::F16(v) => bytemuck::cast_slice(&v[a..b]),
+    }
+}
+
+/// Base vectors (panel layout) and their ids on the device.
+pub(crate) struct ResidentBase {
+    key: (u64, u64, usize, bool, bool),
+    rows: usize,
+    pub vecs: RowBuffers,
+    pub ids: Option<RowBuffers>,
+    pub f16: bool,
+}
+
+impl ResidentBase {
+    fn key(base: &BaseRef<'_>) -> (u64, u64, usize, bool, bool) {
+        let f16 = matches!(base.panels.data(), Floats::F16(_));
+        (base.uid, base.epoch, base.panels.dim(), f16, base.ids.is_some())
+    }
+
+    /// Uploads `base` from scratch.
+    pub fn new(gpu: &Gpu, base: &BaseRef<'_>) -> Result<Self> {
+        let key = Self::key(base);
+        let elem = if key.3 { 2 } else { 4 };
+        let row_bytes = (base.panels.dim() * elem) as u64;
+        let chunk_rows = RowBuffers::rows_per_binding(gpu, row_bytes)?.min(RowBuffers::rows_per_binding(gpu, 8)?);
+        let mut r = ResidentBase {
+            key,
+            rows: 0,
+            vecs: RowBuffers::new(row_bytes, chunk_rows),
+            ids: base.ids.map(|_| RowBuffers::new(8, chunk_rows)),
+            f16: key.3,
+        };
+        r.append(gpu, base);
+        Ok(r)
+    }
+
+    /// Brings the device copy up to date; false when it cannot be extended
+    /// (another storage, epoch or shape; fewer rows).
+    pub fn sync(&mut self, gpu: &Gpu, base: &BaseRef<'_>) -> bool {
+        if Self::key(base) != self.key || base.panels.len() < self.rows {
+            return false;
+        }
+        self.append(gpu, base);
+        true
+    }
+
+    fn append(&mut self, gpu: &Gpu, base: &BaseRef<'_>) {
+        let n = base.panels.len();
+        if n == self.rows {
+            return;
+        }
+        // From the start of the last partial panel, which the new rows fill.
+        let p0 = self.rows / PANEL;
+        let p1 = n.div_ceil(PANEL);
+        let bytes = panel_bytes(base.panels.data(), base.panels.dim(), p0, p1);
+        self.vecs.write(gpu, p0 * PANEL, bytes);
+        if let (Some(buf), Some(ids)) = (&mut self.ids, base.ids) {
+            buf.write(gpu, self.rows, bytemuck::cast_slice(&ids[self.rows..n]));
+        }
+        self.rows = n;
+    }
+}
+
+/// A row-major store of vectors for exact re-ranking (rows padded to whole
+/// u32 words).
+pub(crate) struct ResidentStore {
+    key: (u64, u64, usize, bool),
+    rows: usize,
+    pub vecs: RowBuffers,
+    /// u32 words per row.
+    pub words: usize,
+    pub f16: bool,
+}
+
+impl ResidentStore {
+    fn key(store: &StoreRef<'_>) -> (u64, u64, usize, bool) {
+        let f16 = matches!(store.rows.data(), Floats::F16(_));
+        (store.uid, store.epoch, store.rows.dim(), f16)
+    }
+
+    pub fn new(gpu: &Gpu, store: &StoreRef<'_>) -> Result<Self> {
+        let key = Self::key(store);
+        let d = store.rows.dim();
+        let words = if key.3 { d.div_ceil(2) } else { d };
+        let chunk_rows = RowBuffers::rows_per_binding(gpu, words as u64 * 4)?;
+        let mut s = ResidentStore {
+            key,
+            rows: 0,
+            vecs: RowBuffers::new(words as u64 * 4, chunk_rows),
+            words,
+            f16: key.3,
+        };
+        s.append(gpu, store);
+        Ok(s)
+    }
+
+    pub fn sync(&mut self, gpu: &Gpu, store: &StoreRef<'_>) -> bool {
+        if Self::key(store) != self.key || store.rows.len() < self.rows {
+            return false;
+        }
+        self.append(gpu, store);
+        true
+    }
+
+    fn append(&mut self, gpu: &Gpu, store: &StoreRef<'_>) {
+        let n = store.rows.len();
+        if n == self.rows {
+            return;
+        }
+        let d = store.rows.dim();
+        let (a, b) = (self.rows * d, n * d);
+        match store.rows.data() {
+            Floats::F32(v) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b])),
+            Floats::F16(v) if d.is_multiple_of(2) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b])),
+            Floats::F16(v) => {
+                // Odd dimension: pad every row to a whole word.
+                let mut padded = Vec::with_capacity((n - self.rows) * (d + 1));
+                for row in v[a..b].chunks_exact(d) {
+                    padded.extend_from_slice(row);
+                    padded.push(half::f16::ZERO);
+                }
+                self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&padded));
+            }
+        }
+        self.rows = n;
+    }
+}
+
+/// Ids (u64 as lo/hi words) of every row, in one binding.
+pub(crate) struct ResidentIds {
+    key: (u64, u64),
+    rows: usize,
+    pub buf: RowBuffers,
+}
+
+impl ResidentIds {
+    pub fn new(gpu: &Gpu, uid: u64, epoch: u64, ids: &[u64]) -> Result<Self> {
+        let chunk_rows = RowBuffers::rows_per_binding(gpu, 8)?;
+        if ids.len() > chunk_rows {
+            return Err(GpuError::Unsupported(format!(
+                "{} rows of ids exceed one storage binding ({chunk_rows})",
+                ids.len()
+            )));
+        }
+        let mut r = ResidentIds {
+            key: (uid, epoch),
+            rows: 0,
+            buf: RowBuffers::new(8, chunk_rows),
+        };
+        r.sync(gpu, uid, epoch, ids)?;
+        Ok(r)
+    }
+
+    /// Appends new ids; false when the copy belongs to another storage.
+    pub fn sync(&mut self, gpu: &Gpu, uid: u64, epoch: u64, ids: &[u64]) -> Result<bool> {
+        if (uid, epoch) != self.key || ids.len() < self.rows {
+            return Ok(false);
+        }
+        if ids.len() > self.buf.chunk_rows() {
+            return Err(GpuError::Unsupported(format!(
+                "{} rows of ids exceed one storage binding",
+                ids.len()
+            )));
+        }
+        if ids.len() > self.rows {
+            self.buf.write(gpu, self.rows, bytemuck::cast_slice(&ids[self.rows..]));
+            self.rows = ids.len();
+        }
+        Ok(true)
+    }
+
+    pub fn buffer(&self) -> Option<&wgpu::Buffer> {
+        (self.buf.chunks() > 0).then(|| self.buf.chunk(0))
+    }
+}
+
+/// The inverted lists in one arena: list `l` owns slots `off..off+cap`, of
+/// which `len` are used; appends fill the tail, a list that outgrows its
+/// slots moves to the end of the arena (copied on the device), and the
+/// arena is laid out afresh when it is full.
+pub(crate) struct ResidentLists {
+    key: (u64, u64, usize),
+    /// (offset, len, capacity) in slots.
+    pub spans: Vec<(usize, usize, usize)>,
+    used: usize,
+    capacity: usize,
+    /// u32 words per code.
+    pub words: usize,
+    pub codes: wgpu::Buffer,
+    pub rows: wgpu::Buffer,
+}
+
+impl ResidentLists {
+    pub fn new(gpu: &Gpu, lists: &InvertedRef<'_>) -> Result<Self> {
+        let words = lists.m.div_ceil(4);
+        let lens: Vec<usize> = lists.lists.iter().map(|l| l.rows.len()).collect();
+        let caps: Vec<usize> = lens.iter().map(|&n| (n + n / 2).max(4)).collect();
+        let total: usize = caps.iter().sum();
+        let capacity = total + total / 4 + 64;
+        let max_slots = (gpu.max_binding() / (words as u64 * 4)).min(gpu.max_binding() / 4) as usize;
+        if capacity > max_slots {
+            return Err(GpuError::Unsupported(format!(
+                "inverted lists of {total} entries exceed one storage binding ({max_slots} slots)"
+            )));
+        }
+        let mut spans = Vec::with_capacity(caps.len());
+        let mut off = 0;
+        for &cap in &caps {
+            spans.push((off, 0, cap));
+            off += cap;
+        }
+        let mut r = ResidentLists {
+            key: (lists.uid, lists.epoch, lists.m),
+            spans,
+            used: off,
+            capacity,
+            words,
+            codes: gpu.zeroed("codes", (capacity * words * 4) as u64),
+            rows: gpu.zeroed("slot rows", (capacity * 4) as u64),
+        };
+        for (l, list) in lists.lists.iter().enumerate() {
+            r.write_tail(gpu, l, list, lists.m);
+        }
+        Ok(r)
+    }
+
+    /// Brings the arena up to date; false when it must be laid out afresh.
+    pub fn sync(&mut self, gpu: &Gpu, lists: &InvertedRef<'_>) -> bool {
+        if (lists.uid, lists.epoch, lists.m) != self.key || lists.lists.len() != self.spans.len() {
+            return false;
+        }
+        if lists.lists.iter().zip(&self.spans).any(|(l, s)| l.rows.len() < s.1) {
+            return false;
+        }
+        for (l, list) in lists.lists.iter().enumerate() {
+            let (_, len, cap) = self.spans[l];
+            let n = list.rows.len();
+            if n == len {
+                continue;
+            }
+            if n > cap {
+                // Outgrown: the whole list moves to fresh slots at the end
+                // of the arena (written from the host copy).
+                let new_cap = (2 * n).max(16);
+                if self.used + new_cap > self.capacity {
+                    return false;
+                }
+                self.spans[l] = (self.used, 0, new_cap);
+                self.used += new_cap;
+            }
+            self.write_tail(gpu, l, list, lists.m);
+        }
+        true
+    }
+
+    fn write_tail(&mut self, gpu: &Gpu, l: usize, list: &dentate_core::InvList, m: usize) {
+        let (off, len, cap) = self.spans[l];
+        let n = list.rows.len();
+        if n <= len {
+            return;
+        }
+        let w = self.words * 4;
+        let codes = &list.codes[len * m..n * m];
+        let bytes: std::borrow::Cow<'_, [u8]> = if m == w {
+            codes.into()
+        } else {
+            let mut padded = vec![0u8; (n - len) * w];
+            for (dst, src) in padded.chunks_exact_mut(w).zip(codes.chunks_exact(m)) {
+                dst[..m].copy_from_slice(src);
+            }
+            padded.into()
+        };
+        gpu.queue.write_buffer(&self.codes, ((off + len) * w) as u64, &bytes);
+        gpu.queue.write_buffer(
+            &self.rows,
+            ((off + len) * 4) as u64,
+            bytemuck::cast_slice(&list.rows[len..n]),
+        );
+        self.spans[l] = (off, n, cap);
+    }
+}
+
+/// A small least-recently-used cache of device copies, keyed by storage
+/// uid. Uid 0 (data without an identity) is never kept: it is made afresh
+/// on every call.
+pub(crate) struct Lru<T> {
+    cap: usize,
+    clock: u64,
+    items: Vec<(u64, u64, T)>,
+    transient: Option<T>,
+}
+
+impl<T> Lru<T> {
+    pub fn new(cap: usize) -> Self {
+        Lru {
+            cap,
+            clock: 0,
+            items: Vec::new(),
+            transient: None,
+        }
+    }
+
+    /// The entry of `uid`, brought up to date by `sync` (which returns false
+    /// when the copy cannot be extended) or made afresh by `make`, evicting
+    /// the least recently used entry when full.
+    pub fn get(
+        &mut self,
+        uid: u64,
+        sync: impl FnOnce(&mut T) -> Result<bool>,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<&mut T> {
+        if uid == 0 {
+            return Ok(self.transient.insert(make()?));
+        }
+        self.clock += 1;
+        let now = self.clock;
+        let i = match self.items.iter().position(|(u, _, _)| *u == uid) {
+            Some(i) => {
+                if !sync(&mut self.items[i].2)? {
+                    self.items[i].2 = make()?;
+                }
+                i
+            }
+            None => {
+                let item = make()?;
+                if self.items.len() >= self.cap
+                    && let Some(old) = (0..self.items.len()).min_by_key(|&j| self.items[j].1)
+                {
+                    self.items.swap_remove(old);
+                }
+                self.items.push((uid, now, item));
+                self.items.len() - 1
+            }
+        };
+        self.items[i].1 = now;
+        Ok(&mut self.items[i].2)
+    }
+}

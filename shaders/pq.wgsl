@@ -1,0 +1,212 @@
+// Product quantization: per-query lookup tables, the ADC scan over the
+// probed inverted lists with a per-thread top-k, and exact re-ranking of
+// candidates from the stored vectors. Partial lists are reduced by the
+// merge pass of topk.wgsl (same `Cand` layout).
+//
+// The host prepends:
+//   K     slots per top-k list
+//   M     sub-quantizers (code bytes per entry)
+//   DSUB  dimensions per sub-quantizer
+//   W     u32 words per stored code (⌈M/4⌉)
+//   LUT   0: table in workgroup memory (f32), 1: in workgroup memory as f16
+//         (needs SHADER_F16), 2: in a storage buffer written by `tables`
+//   F16   re-rank store holds f16 pairs in u32 words, else f32
+// and replaces the two placeholder lines below (the table with its
+// `lut_read`, and the loop that fills it) with the lines of the chosen
+// placement; for LUT = 1 it also prepends `enable f16;`.
+
+const NONE: u32 = 0xffffffffu;
+const NEG: f32 = -3.0e38;
+const WG: u32 = 256u;
+
+struct Cand {
+    s: f32,
+    row: u32,
+    lo: u32,
+    hi: u32,
+}
+
+fn better(a: Cand, b: Cand) -> bool {
+    if b.row == NONE {
+        return a.row != NONE;
+    }
+    if a.row == NONE {
+        return false;
+    }
+    if a.s != b.s {
+        return a.s > b.s;
+    }
+    if a.hi != b.hi {
+        return a.hi < b.hi;
+    }
+    return a.lo < b.lo;
+}
+
+struct Params {
+    nq: u32,
+    d: u32,
+    nprobe: u32,
+    q0: u32,
+    // Re-rank: candidates per query, and the store chunk's first row/rows.
+    ncand: u32,
+    row0: u32,
+    nrows: u32,
+    list0: u32,
+    lists: u32,
+    // Re-rank store: u32 words per row.
+    sw: u32,
+    _p1: u32,
+    _p2: u32,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> queries: array<f32>;
+@group(0) @binding(2) var<storage, read> books: array<f32>;
+@group(0) @binding(3) var<storage, read> codes: array<u32>;
+@group(0) @binding(4) var<storage, read> slot_rows: array<u32>;
+@group(0) @binding(5) var<storage, read> probes: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read> ids: array<u32>;
+@group(0) @binding(7) var<storage, read> alive: array<u32>;
+@group(0) @binding(8) var<storage, read_write> out_top: array<Cand>;
+@group(0) @binding(9) var<storage, read_write> gtables: array<f32>;
+@group(0) @binding(10) var<storage, read> store: array<u32>;
+@group(0) @binding(11) var<storage, read> cands: array<u32>;
+
+// Table entry (j, c) = <q_j, codebook_j[c]>.
+fn table_entry(qi: u32, e: u32) -> f32 {
+    let j = e / 256u;
+    let qb = qi * P.d + j * DSUB;
+    let cb = e * DSUB;
+    var s = 0.0;
+    for (var t = 0u; t < DSUB; t += 1u) {
+        s += queries[qb + t] * books[cb + t];
+    }
+    return s;
+}
+
+// Tables of every query of the dispatch into a storage buffer (LUT = 2:
+// tables too large for workgroup memory).
+@compute @workgroup_size(WG)
+fn tables(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    if q >= P.nq {
+        return;
+    }
+    for (var e = li; e < M * 256u; e += WG) {
+        gtables[q * M * 256u + e] = table_entry(P.q0 + q, e);
+    }
+}
+
+fn is_alive(row: u32) -> bool {
+    return ((alive[row / 32u] >> (row % 32u)) & 1u) == 1u;
+}
+
+fn code_byte(slot: u32, j: u32) -> u32 {
+    return (codes[slot * W + j / 4u] >> (8u * (j % 4u))) & 0xffu;
+}
+
+fn insert(top: ptr<function, array<Cand, K>>, c: Cand) {
+    if !better(c, (*top)[K - 1u]) {
+        return;
+    }
+    var i = K - 1u;
+    loop {
+        if i == 0u || !better(c, (*top)[i - 1u]) {
+            break;
+        }
+        (*top)[i] = (*top)[i - 1u];
+        i -= 1u;
+    }
+    (*top)[i] = c;
+}
+
+LUT_DECL
+
+// One workgroup per query: its table (in workgroup memory unless LUT = 2),
+// then its 256 threads stride over the entries of every probed list
+// (probe = (first slot, length, bias bits, _)), each keeping a top-K that
+// it writes as one partial list.
+@compute @workgroup_size(WG)
+fn adc(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    var top: array<Cand, K>;
+    for (var i = 0u; i < K; i += 1u) {
+        top[i] = Cand(NEG, NONE, 0u, 0u);
+    }
+    LUT_FILL
+    workgroupBarrier();
+    if q < P.nq {
+        for (var p = 0u; p < P.nprobe; p += 1u) {
+            let pr = probes[(P.q0 + q) * P.nprobe + p];
+            let bias = bitcast<f32>(pr.z);
+            for (var e = li; e < pr.y; e += WG) {
+                let slot = pr.x + e;
+                var s = bias;
+                for (var j = 0u; j < M; j += 1u) {
+                    s += lut_read(q, j * 256u + code_byte(slot, j));
+                }
+                if top[K - 1u].row != NONE && s < top[K - 1u].s {
+                    continue;
+                }
+                let row = slot_rows[slot];
+                if !is_alive(row) {
+                    continue;
+                }
+                insert(&top, Cand(s, row, ids[2u * row], ids[2u * row + 1u]));
+            }
+        }
+        let o = ((P.q0 + q) * WG + li) * K;
+        for (var i = 0u; i < K; i += 1u) {
+            out_top[o + i] = top[i];
+        }
+    }
+}
+
+fn store_dot(qi: u32, local: u32) -> f32 {
+    var s = 0.0;
+    let qb = qi * P.d;
+    let b = local * P.sw;
+    if F16 {
+        let pairs = P.d / 2u;
+        for (var t = 0u; t < pairs; t += 1u) {
+            let x = unpack2x16float(store[b + t]);
+            s += queries[qb + 2u * t] * x.x + queries[qb + 2u * t + 1u] * x.y;
+        }
+        if P.d % 2u == 1u {
+            s += queries[qb + P.d - 1u] * unpack2x16float(store[b + pairs]).x;
+        }
+    } else {
+        for (var t = 0u; t < P.d; t += 1u) {
+            s += queries[qb + t] * bitcast<f32>(store[b + t]);
+        }
+    }
+    return s;
+}
+
+// Exact re-ranking: one workgroup per query scores its candidate rows that
+// lie in this store chunk (rows row0 .. row0+nrows) and keeps a top-K per
+// thread, written as list list0 + thread.
+@compute @workgroup_size(WG)
+fn rerank(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    if q >= P.nq {
+        return;
+    }
+    let qi = P.q0 + q;
+    var top: array<Cand, K>;
+    for (var i = 0u; i < K; i += 1u) {
+        top[i] = Cand(NEG, NONE, 0u, 0u);
+    }
+    for (var c = li; c < P.ncand; c += WG) {
+        let row = cands[qi * P.ncand + c];
+        if row == NONE || row < P.row0 || row - P.row0 >= P.nrows {
+            continue;
+        }
+        let s = store_dot(qi, row - P.row0);
+        insert(&top, Cand(s, row, ids[2u * row], ids[2u * row + 1u]));
+    }
+    let o = (qi * P.lists + P.list0 + li) * K;
+    for (var i = 0u; i < K; i += 1u) {
+        out_top[o + i] = top[i];
+    }
+}

@@ -1,0 +1,520 @@
+//! One conformance suite for every compute backend (as burn does): the same
+//! cases run against the CPU backend and the wgpu backend, and each
+//! backend's answers are checked against the scalar CPU reference — same
+//! ids, scores within 1e-4 (f32) — and, where there is one, a result known
+//! independently (the planted clusters, a hand count).
+//!
+//! The GPU cases need an adapter; `scripts/test.sh` installs Mesa's software
+//! Vulkan driver (llvmpipe), and these tests force it. A machine without any
+//! adapter fails them, unless `DENTATE_GPU_TESTS=skip` says to skip them.
+//! Every GPU case also checks that nothing ran on the CPU fallback.
+
+mod common;
+
+use common::synth;
+use dentate::compute::{BaseRef, Compute, CpuCompute};
+use dentate::gpu::{GpuCompute, GpuOptions, TablePlacement};
+use dentate::rng::Rng;
+use dentate::simd::{Panels, RowMajor};
+use dentate::{
+    Bitset, Cand, FlatIndex, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, KMeans, KMeansConfig, Metric,
+    Precision, SalienceParams, StoreRef, silhouette,
+};
+use std::sync::{Arc, OnceLock};
+
+/// The reference: the CPU backend on its scalar path.
+fn reference() -> CpuCompute {
+    CpuCompute::with_isa(Isa::Scalar).expect("the scalar path is always available")
+}
+
+fn skip_gpu() -> bool {
+    std::env::var("DENTATE_GPU_TESTS").is_ok_and(|v| v == "skip")
+}
+
+fn open_gpu(options: GpuOptions) -> Option<Arc<GpuCompute>> {
+    let _ = env_logger::builder().is_test(true).try_init();
+    if skip_gpu() {
+        eprintln!("DENTATE_GPU_TESTS=skip: GPU conformance cases skipped");
+        return None;
+    }
+    match GpuCompute::with_options(options) {
+        Ok(g) => Some(Arc::new(g)),
+        Err(e) => panic!(
+            "no GPU adapter for the conformance suite ({e}); install one (Linux: apt-get install mesa-vulkan-drivers) \
+             or set DENTATE_GPU_TESTS=skip"
+        ),
+    }
+}
+
+/// The wgpu backend on the best adapter, software included (shared by the
+/// cases, so its fallback counter must stay at zero).
+fn gpu() -> Option<Arc<GpuCompute>> {
+    static GPU: OnceLock<Option<Arc<GpuCompute>>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        open_gpu(GpuOptions {
+            allow_software: true,
+            ..GpuOptions::default()
+        })
+    })
+    .clone()
+}
+
+/// Same ids in the same order, scores within `tol`; two candidates whose
+/// reference scores are within `tol` of each other may trade places (a
+/// near-tie that rounding decides), which is checked explicitly.
+fn assert_same(got: &[Vec<Cand>], want: &[Vec<Cand>], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: query count");
+    for (q, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.len(), w.len(), "{what}: query {q}: result count");
+        for (i, (a, b)) in g.iter().zip(w).enumerate() {
+            assert!(
+                (a.score - b.score).abs() <= tol,
+                "{what}: query {q} rank {i}: score {} vs {}",
+                a.score,
+                b.score
+            );
+            if a.id != b.id {
+                let near = w.iter().any(|c| c.id == a.id && (c.score - b.score).abs() <= tol)
+                    || (i + 1 == w.len() && (a.score - b.score).abs() <= tol);
+                assert!(near, "{what}: query {q} rank {i}: id {} vs {}", a.id, b.id);
+            }
+        }
+    }
+}
+
+/// Ids spread over the whole u64 range (both words matter for ties).
+fn wide_ids(n: usize, seed: u64) -> Vec<u64> {
+    let mut r = Rng::new(seed);
+    let mut ids: Vec<u64> = (0..n as u64).map(|i| (r.next_u64() & !0xffff) | i).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for i in (1..ids.len()).rev() {
+        let j = r.below(i + 1);
+        ids.swap(i, j);
+    }
+    ids
+}
+
+mod cases {
+    use super::*;
+
+    /// Exact top-k through a flat index: several batch shapes and k, f32
+    /// and f16 storage, caller ids, tombstones, duplicated rows (exact
+    /// ties), rows appended after the first search (the device copy grows)
+    /// and a compaction (it is replaced).
+    pub fn exact_top_k(backend: Arc<dyn Compute>) {
+        let dim = 48;
+        let n = 3_000;
+        let mut data = synth(n, dim, 40, 11);
+        // Rows 100..110 repeat row 7: equal scores, ordered by id.
+        let row7 = data[7 * dim..8 * dim].to_vec();
+        for r in 100..110 {
+            data[r * dim..(r + 1) * dim].copy_from_slice(&row7);
+        }
+        let ids = wide_ids(n, 5);
+        let queries = synth(100, dim, 40, 12);
+        for precision in [Precision::F32, Precision::F16] {
+            let tol = if precision == Precision::F32 { 1e-4 } else { 1e-2 };
+            let mut want = FlatIndex::with_precision(dim, precision);
+            want.set_compute(Arc::new(reference()));
+            let mut got = FlatIndex::with_precision(dim, precision);
+            got.set_compute(backend.clone());
+            for idx in [&mut want, &mut got] {
+                idx.add(&ids[..2_000], &data[..2_000 * dim]).unwrap();
+                idx.remove(&ids[10..20]);
+            }
+            let check = |got: &FlatIndex, want: &FlatIndex, stage: &str| {
+                for (nq, k) in [(1, 1), (1, 10), (7, 10), (100, 10), (33, 100), (5, 128)] {
+                    let q = &queries[..nq * dim];
+                    let g = backend.top_k(q, got.base(), k);
+                    let w = reference().top_k(q, want.base(), k);
+                    assert_same(&g, &w, tol, &format!("{precision:?} {stage} nq={nq} k={k}"));
+                }
+                // The duplicated rows come back in id order.
+                let g = backend.top_k(&row7, got.base(), 12);
+                let w = reference().top_k(&row7, want.base(), 12);
+                assert_eq!(
+                    g.iter().flatten().map(|c| c.id).collect::<Vec<_>>(),
+                    w.iter().flatten().map(|c| c.id).collect::<Vec<_>>(),
+                    "{precision:?} {stage}: ties by id"
+                );
+            };
+            check(&got, &want, "first");
+            for idx in [&mut want, &mut got] {
+                idx.add(&ids[2_000..], &data[2_000 * dim..]).unwrap();
+            }
+            check(&got, &want, "appended");
+            for idx in [&mut want, &mut got] {
+                idx.remove(&ids[500..900]);
+                idx.compact();
+            }
+            check(&got, &want, "compacted");
+        }
+    }
+
+    /// Nearest centroid by L2 (inner product plus −‖c‖²/2 bias) and by
+    /// cosine; and the full score matrix.
+    pub fn assign_and_matmul(backend: Arc<dyn Compute>) {
+        let dim = 20;
+        let points = common::gaussian(1_500, dim, 3);
+        let centroids = common::gaussian(37, dim, 4);
+        let panels = Panels::from_rows(&centroids, dim, Precision::F32);
+        for metric in [Metric::L2, Metric::Cosine] {
+            let (ga, gs) = backend.assign(&points, &panels, metric);
+            let (wa, ws) = reference().assign(&points, &panels, metric);
+            let mut differ = 0;
+            for i in 0..ga.len() {
+                assert!(
+                    (gs[i] - ws[i]).abs() <= 1e-3 * ws[i].abs().max(1.0),
+                    "{metric:?} score {i}"
+                );
+                if ga[i] != wa[i] {
+                    differ += 1;
+                }
+            }
+            assert_eq!(differ, 0, "{metric:?}: assignments differ");
+        }
+        let g = backend.matmul_nt(&points[..200 * dim], &panels);
+        let w = reference().matmul_nt(&points[..200 * dim], &panels);
+        assert_eq!(g.len(), w.len());
+        for (a, b) in g.iter().zip(&w) {
+            assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{a} vs {b}");
+        }
+    }
+
+    /// The k-means update step, and k-means end to end on planted clusters.
+    pub fn kmeans(backend: Arc<dyn Compute>) {
+        let dim = 24;
+        let points = common::gaussian(2_000, dim, 8);
+        let mut r = Rng::new(9);
+        let assign: Vec<u32> = (0..2_000).map(|_| (r.next_u64() % 13) as u32).collect();
+        let (gs, gc) = backend.cluster_sums(&points, dim, &assign, 13);
+        let (ws, wc) = reference().cluster_sums(&points, dim, &assign, 13);
+        assert_eq!(gc, wc, "counts");
+        assert_eq!(gc.iter().sum::<u32>(), 2_000);
+        for (a, b) in gs.iter().zip(&ws) {
+            assert!((a - b).abs() <= 1e-3, "sum {a} vs {b}");
+        }
+        // Well-separated clusters: both backends find the same partition.
+        let data = dentate::data::clustered(&dentate::data::SynthConfig {
+            n: 3_000,
+            dim,
+            clusters: 12,
+            spread: 0.05,
+            seed: 21,
+        });
+        let cfg = KMeansConfig::new(12).spherical(true).seed(3).max_iter(20);
+        let g = KMeans::train(&data, dim, &cfg, backend.as_ref()).unwrap();
+        let w = KMeans::train(&data, dim, &cfg, &reference()).unwrap();
+        assert_eq!(g.sizes, w.sizes, "cluster sizes");
+        for (a, b) in g.centroids.iter().zip(&w.centroids) {
+            assert!((a - b).abs() <= 1e-4, "centroid {a} vs {b}");
+        }
+        assert_eq!(
+            g.assign(&data, backend.as_ref()).unwrap(),
+            w.assign(&data, &reference()).unwrap()
+        );
+    }
+
+    /// Pairwise distance sums and the silhouette score, both metrics.
+    pub fn silhouette_scores(backend: Arc<dyn Compute>) {
+        let dim = 16;
+        let data = synth(600, dim, 5, 31);
+        let mut r = Rng::new(2);
+        let labels: Vec<u32> = (0..600).map(|_| (r.next_u64() % 5) as u32).collect();
+        let panels = Panels::from_rows(&data, dim, Precision::F32);
+        for metric in [Metric::Cosine, Metric::L2] {
+            let g = backend.cluster_distance_sums(&panels, &labels, 5, metric);
+            let w = reference().cluster_distance_sums(&panels, &labels, 5, metric);
+            assert_eq!(g.len(), w.len());
+            for (a, b) in g.iter().zip(&w) {
+                assert!((a - b).abs() <= 1e-3 * b.abs().max(1.0), "{metric:?} {a} vs {b}");
+            }
+            let gs = silhouette(&data, dim, &labels, 5, metric, 10_000, 1, backend.as_ref()).unwrap();
+            let ws = silhouette(&data, dim, &labels, 5, metric, 10_000, 1, &reference()).unwrap();
+            assert!((gs - ws).abs() <= 1e-4, "{metric:?} silhouette {gs} vs {ws}");
+        }
+    }
+
+    /// IVF-PQ: the ADC scan alone and with exact re-ranking (f16 store), on
+    /// an index trained once (so both backends see the same codes), before
+    /// and after appends, deletes and a compaction.
+    pub fn ivfpq(backend: Arc<dyn Compute>) {
+        let dim = 32;
+        let n = 4_000;
+        let data = synth(n, dim, 30, 41);
+        let ids = wide_ids(n, 6);
+        let queries = synth(60, dim, 30, 42);
+        let mut cfg = IvfPqConfig::new(32, 8);
+        cfg.kmeans_iterations = 8;
+        cfg.pq_iterations = 8;
+        let mut want = IvfPqIndex::new(dim, cfg).unwrap();
+        want.set_compute(Arc::new(reference()));
+        want.train(&data[..3_000 * dim]).unwrap();
+        want.add(&ids[..3_000], &data[..3_000 * dim]).unwrap();
+        let mut got = want.clone();
+        got.set_compute(backend.clone());
+        let check = |got: &IvfPqIndex, want: &IvfPqIndex, stage: &str| {
+            for (nprobe, rerank, k) in [(1, 0, 10), (4, 0, 10), (8, 4, 10), (32, 0, 64), (32, 12, 10), (3, 8, 1)] {
+                let p = IvfSearchParams { nprobe, rerank };
+                let g = got.search_with(&queries, k, p).unwrap();
+                let w = want.search_with(&queries, k, p).unwrap();
+                let to = |v: Vec<Vec<dentate::Hit>>| -> Vec<Vec<Cand>> {
+                    v.into_iter()
+                        .map(|l| {
+                            l.into_iter()
+                                .map(|h| Cand {
+                                    score: h.score,
+                                    id: h.id,
+                                    row: 0,
+                                })
+                                .collect()
+                        })
+                        .collect()
+                };
+                assert_same(
+                    &to(g),
+                    &to(w),
+                    1e-4,
+                    &format!("{stage} nprobe={nprobe} rerank={rerank} k={k}"),
+                );
+            }
+        };
+        check(&got, &want, "trained");
+        for idx in [&mut want, &mut got] {
+            idx.add(&ids[3_000..], &data[3_000 * dim..]).unwrap();
+            idx.remove(&ids[..200]);
+        }
+        check(&got, &want, "appended");
+        for idx in [&mut want, &mut got] {
+            idx.compact();
+        }
+        check(&got, &want, "compacted");
+    }
+
+    /// Re-ranking directly: f32 and f16 stores, an odd dimension, duplicate
+    /// candidates, candidate lists of different lengths.
+    pub fn rerank(backend: Arc<dyn Compute>) {
+        let dim = 13;
+        let rows = common::gaussian(500, dim, 51);
+        let ids = wide_ids(500, 7);
+        let queries = common::gaussian(9, dim, 52);
+        let mut r = Rng::new(3);
+        let cands: Vec<Vec<u32>> = (0..9)
+            .map(|q| (0..(20 + 17 * q)).map(|_| (r.next_u64() % 500) as u32).collect())
+            .collect();
+        for precision in [Precision::F32, Precision::F16] {
+            let mut store = RowMajor::new(dim, precision);
+            store.extend(&rows);
+            let s = StoreRef {
+                rows: &store,
+                uid: dentate::compute::new_uid(),
+                epoch: 0,
+            };
+            let tol = if precision == Precision::F32 { 1e-4 } else { 1e-2 };
+            for k in [1, 5, 40] {
+                let g = backend.rerank(&queries, s, &ids, &cands, k);
+                let w = reference().rerank(&queries, s, &ids, &cands, k);
+                // Duplicated candidates score the same: compare as sets of ids.
+                let dedup = |v: Vec<Vec<Cand>>| -> Vec<Vec<Cand>> {
+                    v.into_iter()
+                        .map(|mut l| {
+                            l.dedup_by_key(|c| c.id);
+                            l
+                        })
+                        .collect()
+                };
+                assert_same(&dedup(g), &dedup(w), tol, &format!("{precision:?} k={k}"));
+            }
+        }
+    }
+
+    /// Salience of every row and the lowest fraction, through an index and
+    /// directly (ties: rows added the same turn score the same, so ids
+    /// decide).
+    pub fn salience(backend: Arc<dyn Compute>) {
+        let params = SalienceParams::default();
+        let mut r = Rng::new(77);
+        let n = 5_000;
+        let added: Vec<u64> = (0..n).map(|_| r.next_u64() % 50).collect();
+        let last: Vec<u64> = (0..n)
+            .map(|i| {
+                if i % 3 == 0 {
+                    dentate::salience::NEVER
+                } else {
+                    40 + r.next_u64() % 20
+                }
+            })
+            .collect();
+        let g = backend.salience(&added, &last, 120, &params);
+        let w = reference().salience(&added, &last, 120, &params);
+        for (a, b) in g.iter().zip(&w) {
+            assert!((a - b).abs() <= 1e-5, "salience {a} vs {b}");
+        }
+        let ids = wide_ids(n, 9);
+        let mut alive = Bitset::new();
+        for i in 0..n {
+            alive.push(i % 7 != 0);
+        }
+        for count in [1, 17, 1_000, n] {
+            // The reference's own scores, so the selection alone is compared.
+            assert_eq!(
+                backend.lowest(&w, &ids, &alive, count),
+                reference().lowest(&w, &ids, &alive, count),
+                "lowest {count}"
+            );
+        }
+        let dim = 8;
+        let data = synth(2_000, dim, 10, 3);
+        let ids: Vec<u64> = (0..2_000).collect();
+        let mut a = FlatIndex::new(dim);
+        a.set_compute(backend.clone());
+        let mut b = FlatIndex::new(dim);
+        b.set_compute(Arc::new(reference()));
+        for idx in [&mut a, &mut b] {
+            idx.add(&ids[..1_000], &data[..1_000 * dim]).unwrap();
+            idx.set_turn(30);
+            idx.add(&ids[1_000..], &data[1_000 * dim..]).unwrap();
+        }
+        let pa = a.prune_lowest(0.1, &params).unwrap();
+        let pb = b.prune_lowest(0.1, &params).unwrap();
+        assert_eq!(pa, pb, "pruned ids");
+        assert_eq!(pa.len(), 200);
+        assert!(pa.iter().all(|&id| id < 1_000), "the older rows go first");
+    }
+}
+
+macro_rules! conformance {
+    ($name:ident, $backend:expr, $after:expr) => {
+        mod $name {
+            use super::*;
+            fn run(case: fn(Arc<dyn Compute>)) {
+                let Some(b) = $backend else { return };
+                case(b.clone());
+                $after(&b);
+            }
+            #[test]
+            fn exact_top_k() {
+                run(cases::exact_top_k)
+            }
+            #[test]
+            fn assign_and_matmul() {
+                run(cases::assign_and_matmul)
+            }
+            #[test]
+            fn kmeans() {
+                run(cases::kmeans)
+            }
+            #[test]
+            fn silhouette_scores() {
+                run(cases::silhouette_scores)
+            }
+            #[test]
+            fn ivfpq() {
+                run(cases::ivfpq)
+            }
+            #[test]
+            fn rerank() {
+                run(cases::rerank)
+            }
+            #[test]
+            fn salience() {
+                run(cases::salience)
+            }
+        }
+    };
+}
+
+fn no_check(_: &Arc<dyn Compute>) {}
+
+fn as_dyn(g: Option<Arc<GpuCompute>>) -> Option<Arc<dyn Compute>> {
+    g.map(|g| g as Arc<dyn Compute>)
+}
+
+/// The shared GPU backend never fell back to the CPU.
+fn gpu_ran_everything(_: &Arc<dyn Compute>) {
+    if let Some(g) = gpu() {
+        assert_eq!(g.fallbacks(), 0, "an operation fell back to the CPU");
+    }
+}
+
+conformance!(cpu, Some(Arc::new(CpuCompute::default()) as Arc<dyn Compute>), no_check);
+conformance!(gpu_vulkan, as_dyn(gpu()), gpu_ran_everything);
+
+/// The chunked paths: a 64 KiB binding limit splits bases, stores, points
+/// and query batches into many chunks on small data.
+mod gpu_chunked {
+    use super::*;
+    fn chunked() -> Option<Arc<dyn Compute>> {
+        static G: OnceLock<Option<Arc<GpuCompute>>> = OnceLock::new();
+        as_dyn(
+            G.get_or_init(|| {
+                open_gpu(GpuOptions {
+                    allow_software: true,
+                    binding_limit: Some(64 << 10),
+                    ..GpuOptions::default()
+                })
+            })
+            .clone(),
+        )
+    }
+    #[test]
+    fn exact_top_k() {
+        if let Some(b) = chunked() {
+            cases::exact_top_k(b);
+        }
+    }
+    #[test]
+    fn kmeans() {
+        if let Some(b) = chunked() {
+            cases::kmeans(b);
+        }
+    }
+    #[test]
+    fn rerank() {
+        if let Some(b) = chunked() {
+            cases::rerank(b);
+        }
+    }
+}
+
+/// Every placement of the PQ lookup table gives the same answers.
+#[test]
+fn gpu_table_placements_agree() {
+    for table in [
+        TablePlacement::Global,
+        TablePlacement::SharedF16,
+        TablePlacement::Shared,
+    ] {
+        let Some(g) = open_gpu(GpuOptions {
+            allow_software: true,
+            table,
+            ..GpuOptions::default()
+        }) else {
+            return;
+        };
+        cases::ivfpq(g.clone());
+        assert_eq!(g.fallbacks(), 0, "{table:?} fell back");
+    }
+}
+
+/// What the kernels do not cover (k above the largest list) runs on the
+/// CPU, gives the CPU's answer, and is counted.
+#[test]
+fn gpu_falls_back_beyond_its_kernels() {
+    let Some(g) = open_gpu(GpuOptions {
+        allow_software: true,
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    let dim = 8;
+    let data = synth(1_000, dim, 4, 1);
+    let panels = Panels::from_rows(&data, dim, Precision::F32);
+    let k = dentate::gpu::MAX_K + 1;
+    let got = g.top_k(&data[..dim], BaseRef::plain(&panels), k);
+    // The fallback is the CPU backend on this machine's own SIMD path.
+    let want = CpuCompute::default().top_k(&data[..dim], BaseRef::plain(&panels), k);
+    assert_eq!(got, want);
+    assert_eq!(g.fallbacks(), 1);
+}

@@ -86,6 +86,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
     };
     let (index, build_s) = build_index(&spec, &base, !a.json)?;
     let bpv = index.as_index().memory_bytes() as f64 / base.rows as f64;
+    let backend = dentate_core::default_compute().name();
     let mut rows = Vec::new();
     let mut emit = |nprobe: Option<usize>,
                     rerank: Option<usize>,
@@ -111,6 +112,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             "d": base.cols,
             "nq": queries.rows,
             "precision": a.precision,
+            "backend": backend,
         });
         if a.json {
             println!("{row}");
@@ -159,7 +161,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             );
         }
         println!(
-            "(n = {}, d = {}, {} queries, k = {}, {threads} threads)",
+            "(n = {}, d = {}, {} queries, k = {}, {threads} threads, backend {backend})",
             base.rows, base.cols, queries.rows, a.k
         );
     }

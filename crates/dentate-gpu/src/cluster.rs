@@ -9,7 +9,7 @@ use dentate_core::simd::Panels;
 
 impl GpuState {
     /// Per-cluster sums of the points and counts.
-    pub(crate) fn cluster_sums(
+    pub(crate) async fn cluster_sums(
         &mut self,
         points: &[f32],
         dim: usize,
@@ -30,13 +30,15 @@ impl GpuState {
         if groups_x > gpu.max_groups() as usize {
             return Err(GpuError::Unsupported(format!("{k} clusters exceed one dispatch")));
         }
-        let pipe = gpu.pipeline(
-            wgsl::KMEANS,
-            "cluster_sums",
-            &[("CB", format!("{cb}u")), ("DC", format!("{dc}u"))],
-            &[],
-            false,
-        )?;
+        let pipe = gpu
+            .pipeline(
+                wgsl::KMEANS,
+                "cluster_sums",
+                &[("CB", format!("{cb}u")), ("DC", format!("{dc}u"))],
+                &[],
+                false,
+            )
+            .await?;
         let sums = gpu.zeroed("sums", (k * dim) as u64 * 4);
         let counts = gpu.zeroed("counts", k as u64 * 4);
         let per_chunk = ((maxb / (dim as u64 * 4)) as usize).max(1);
@@ -52,13 +54,15 @@ impl GpuState {
             p0 += np;
         }
         gpu.submit(enc);
-        let s = gpu.submit_and_read(gpu.encoder(), &sums, 0, (k * dim) as u64 * 4)?;
-        let c = gpu.submit_and_read(gpu.encoder(), &counts, 0, k as u64 * 4)?;
+        let s = gpu
+            .submit_and_read(gpu.encoder(), &sums, 0, (k * dim) as u64 * 4)
+            .await?;
+        let c = gpu.submit_and_read(gpu.encoder(), &counts, 0, k as u64 * 4).await?;
         Ok((bytemuck::pod_collect_to_vec(&s), bytemuck::pod_collect_to_vec(&c)))
     }
 
     /// `out[i × k + c]`: summed distances from point i to cluster c.
-    pub(crate) fn distance_sums(
+    pub(crate) async fn distance_sums(
         &mut self,
         points: &Panels,
         labels: &[u32],
@@ -79,13 +83,15 @@ impl GpuState {
                 "{n} points × {k} clusters exceed one dispatch"
             )));
         }
-        let pipe = gpu.pipeline(
-            wgsl::KMEANS,
-            "distance_sums",
-            &[("CB", "1u".into()), ("DC", "1u".into())],
-            &[],
-            false,
-        )?;
+        let pipe = gpu
+            .pipeline(
+                wgsl::KMEANS,
+                "distance_sums",
+                &[("CB", "1u".into()), ("DC", "1u".into())],
+                &[],
+                false,
+            )
+            .await?;
         let rows = points.to_rows();
         let pts = gpu.storage("points", bytemuck::cast_slice(&rows));
         let lab = gpu.storage("labels", bytemuck::cast_slice(&labels[..n]));
@@ -95,7 +101,7 @@ impl GpuState {
         let bind = gpu.bind(&pipe, &[(5, &params), (6, &pts), (7, &lab), (8, &out)]);
         let mut enc = gpu.encoder();
         gpu.dispatch(&mut enc, &pipe, &bind, (n.div_ceil(64) as u32, k as u32));
-        let bytes = gpu.submit_and_read(enc, &out, 0, (n * k) as u64 * 4)?;
+        let bytes = gpu.submit_and_read(enc, &out, 0, (n * k) as u64 * 4).await?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 }

@@ -73,9 +73,10 @@ pub(crate) fn instance() -> wgpu::Instance {
 }
 
 /// Every adapter of every compiled-in graphics API, best first (discrete,
-/// integrated, virtual, software).
-pub(crate) fn enumerate() -> Vec<wgpu::Adapter> {
-    let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+/// integrated, virtual, software). In the browser: the one `navigator.gpu`
+/// gives, if any.
+pub(crate) async fn enumerate_async() -> Vec<wgpu::Adapter> {
+    let mut all = instance().enumerate_adapters(wgpu::Backends::all()).await;
     let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
         wgpu::DeviceType::DiscreteGpu => 0,
         wgpu::DeviceType::IntegratedGpu => 1,
@@ -88,6 +89,12 @@ pub(crate) fn enumerate() -> Vec<wgpu::Adapter> {
     let api = |a: &wgpu::Adapter| matches!(a.get_info().backend, wgpu::Backend::Gl) as u8;
     all.sort_by_key(|a| (rank(a), api(a)));
     all
+}
+
+/// [`enumerate_async`], blocking (native only).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn enumerate() -> Vec<wgpu::Adapter> {
+    pollster::block_on(enumerate_async())
 }
 
 /// A device and queue with its limits, and the compiled pipelines.
@@ -111,7 +118,7 @@ impl std::fmt::Debug for Gpu {
 
 impl Gpu {
     /// Opens `adapter` with its own limits and `SHADER_F16` when it has it.
-    pub fn open(adapter: &wgpu::Adapter) -> Result<Gpu> {
+    pub async fn open(adapter: &wgpu::Adapter) -> Result<Gpu> {
         let report = AdapterReport::of(adapter);
         let f16 = report.shader_f16;
         let limits = adapter.limits();
@@ -120,13 +127,15 @@ impl Gpu {
         } else {
             wgpu::Features::empty()
         };
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("dentate"),
-            required_features: features,
-            required_limits: limits.clone(),
-            ..Default::default()
-        }))
-        .map_err(|e| GpuError::Device(format!("{}: {e}", report.name)))?;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("dentate"),
+                required_features: features,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| GpuError::Device(format!("{}: {e}", report.name)))?;
         // Errors are caught by error scopes around every operation; one that
         // escapes them is logged, never a panic.
         device.on_uncaptured_error(Arc::new(|e: wgpu::Error| log::error!("wgpu: {e}")));
@@ -158,7 +167,7 @@ impl Gpu {
     /// The pipeline of `entry` in `source`, specialised by `consts`
     /// (prepended as `const NAME = value;`) and textual `replace`ments;
     /// compiled once per variant.
-    pub fn pipeline(
+    pub async fn pipeline(
         &self,
         source: &'static str,
         entry: &str,
@@ -170,8 +179,7 @@ impl Gpu {
         for (k, v) in consts.iter().chain(replace) {
             key.push_str(&format!("/{k}={v}"));
         }
-        let mut cache = self.pipelines.lock().map_err(|_| GpuError::Poisoned)?;
-        if let Some(p) = cache.get(&key) {
+        if let Some(p) = self.pipelines.lock().map_err(|_| GpuError::Poisoned)?.get(&key) {
             return Ok(p.clone());
         }
         let mut code = String::new();
@@ -199,11 +207,14 @@ impl Gpu {
             compilation_options: Default::default(),
             cache: None,
         });
-        if let Some(e) = pollster::block_on(scope.pop()) {
+        if let Some(e) = scope.pop().await {
             return Err(GpuError::Shader(format!("{entry}: {e}")));
         }
         let p = Arc::new(pipeline);
-        cache.insert(key, p.clone());
+        self.pipelines
+            .lock()
+            .map_err(|_| GpuError::Poisoned)?
+            .insert(key, p.clone());
         Ok(p)
     }
 
@@ -289,7 +300,7 @@ impl Gpu {
 
     /// Submits `enc`, then copies `size` bytes of `buf` from `offset` back
     /// to the host and waits for them.
-    pub fn submit_and_read(
+    pub async fn submit_and_read(
         &self,
         mut enc: wgpu::CommandEncoder,
         buf: &wgpu::Buffer,
@@ -305,14 +316,17 @@ impl Gpu {
         });
         enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size4);
         self.queue.submit([enc.finish()]);
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
+        // Natively the callback runs inside poll; in the browser the event
+        // loop runs it and the await below yields to it.
+        #[cfg(not(target_arch = "wasm32"))]
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| GpuError::Device(format!("poll: {e}")))?;
-        rx.recv()
+        rx.await
             .map_err(|_| GpuError::Device("the read-back was dropped".into()))?
             .map_err(|e| GpuError::Device(format!("map: {e}")))?;
         let view = staging
@@ -332,12 +346,12 @@ impl Gpu {
 
 /// Runs `f` inside validation and out-of-memory error scopes of `device`;
 /// an error either scope caught becomes a [`GpuError`].
-pub(crate) fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> Result<T>) -> Result<T> {
+pub(crate) async fn scoped<T>(device: &wgpu::Device, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let out = f();
-    let v = pollster::block_on(validation.pop());
-    let o = pollster::block_on(oom.pop());
+    let out = f.await;
+    let v = validation.pop().await;
+    let o = oom.pop().await;
     if let Some(e) = v {
         return Err(GpuError::Validation(e.to_string()));
     }

@@ -66,8 +66,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Every adapter wgpu finds on this machine, best first.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn adapters() -> Vec<AdapterReport> {
     device::enumerate().iter().map(AdapterReport::of).collect()
+}
+
+/// Runs `$gpu` (an async call on the locked device state `$s`) inside error
+/// scopes; on any error the CPU runs `$cpu` instead (see
+/// `GpuCompute::settle`). The lock is held across the awaits on purpose: it
+/// serialises use of the device, and the future is driven to completion on
+/// one thread (by `pollster` natively, by the browser's event loop in wasm).
+macro_rules! on_gpu {
+    ($self:ident, $what:literal, |$s:ident| $gpu:expr, |$c:ident| $cpu:expr) => {{
+        let out = match $self.state.lock() {
+            Ok(mut guard) => {
+                let device = guard.gpu.device.clone();
+                let $s = &mut *guard;
+                device::scoped(&device, $gpu).await
+            }
+            Err(_) => Err(GpuError::Poisoned),
+        };
+        $self.settle($what, out, |$c| $cpu)
+    }};
 }
 
 /// Which backend to run.
@@ -105,6 +125,7 @@ impl BackendChoice {
 /// The backend `choice` asks for: [`BackendChoice::Auto`] opens the first
 /// discrete or integrated GPU and otherwise returns the CPU backend;
 /// [`BackendChoice::Gpu`] opens the best adapter of any kind, or fails.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn select_backend(choice: BackendChoice) -> Result<Arc<dyn Compute>> {
     match choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuCompute::default())),
@@ -125,6 +146,7 @@ pub fn select_backend(choice: BackendChoice) -> Result<Arc<dyn Compute>> {
 
 /// [`select_backend`], installed as the default backend of every index
 /// created from now on.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn install_backend(choice: BackendChoice) -> Result<Arc<dyn Compute>> {
     let c = select_backend(choice)?;
     dentate_core::set_default_compute(c.clone());
@@ -186,9 +208,13 @@ impl std::fmt::Debug for GpuCompute {
     }
 }
 
+// The `_async` methods hold the state's lock across awaits on purpose (see
+// `on_gpu!`): it serialises use of the device; nothing else awaits it.
+#[allow(clippy::await_holding_lock)]
 impl GpuCompute {
     /// Opens the best adapter: only a discrete or integrated GPU unless
     /// `allow_software`, which also takes virtual and software adapters.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(allow_software: bool) -> Result<Self> {
         Self::with_options(GpuOptions {
             allow_software,
@@ -197,21 +223,29 @@ impl GpuCompute {
     }
 
     /// Opens the best adapter `options` allow, with its settings.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn with_options(options: GpuOptions) -> Result<Self> {
+        pollster::block_on(Self::open(options))
+    }
+
+    /// [`GpuCompute::with_options`] without blocking: the way to open the
+    /// backend in the browser (WebGPU), where the adapter comes from
+    /// `navigator.gpu` and every call is asynchronous.
+    pub async fn open(options: GpuOptions) -> Result<Self> {
         let allow_software = options.allow_software;
-        let all = device::enumerate();
+        let all = device::enumerate_async().await;
         let found = all.len();
         let adapter = all
             .into_iter()
             .find(|a| allow_software || AdapterReport::of(a).hardware)
             .ok_or_else(|| {
                 GpuError::NoAdapter(if found == 0 {
-                    "wgpu found no adapter (on Linux: install a Vulkan driver, e.g. mesa-vulkan-drivers)".into()
+                    "wgpu found no adapter (on Linux: install a Vulkan driver, e.g. mesa-vulkan-drivers; in a browser: WebGPU is off or absent)".into()
                 } else {
                     format!("{found} adapter(s), none a discrete or integrated GPU; force one with DENTATE_BACKEND=gpu")
                 })
             })?;
-        let mut gpu = device::Gpu::open(&adapter)?;
+        let mut gpu = device::Gpu::open(&adapter).await?;
         gpu.binding_cap = options.binding_limit;
         let report = gpu.report.clone();
         log::info!("backend: gpu ({}, {})", report.name, report.backend);
@@ -242,21 +276,9 @@ impl GpuCompute {
         self.fallbacks.load(Ordering::Relaxed)
     }
 
-    /// Runs `gpu` on the device state inside error scopes; on any error
-    /// logs it, counts a fallback and returns `cpu()`.
-    fn run<T>(
-        &self,
-        what: &str,
-        gpu: impl FnOnce(&mut GpuState) -> Result<T>,
-        cpu: impl FnOnce(&CpuCompute) -> T,
-    ) -> T {
-        let out = match self.state.lock() {
-            Ok(mut st) => {
-                let device = st.gpu.device.clone();
-                device::scoped(&device, || gpu(&mut st))
-            }
-            Err(_) => Err(GpuError::Poisoned),
-        };
+    /// The value of a GPU attempt, or — on any error, logged and counted —
+    /// the CPU's answer.
+    fn settle<T>(&self, what: &str, out: Result<T>, cpu: impl FnOnce(&CpuCompute) -> T) -> T {
         match out {
             Ok(v) => v,
             Err(e) => {
@@ -269,14 +291,9 @@ impl GpuCompute {
             }
         }
     }
-}
 
-impl Compute for GpuCompute {
-    fn name(&self) -> String {
-        format!("gpu ({}, {})", self.report.name, self.report.backend)
-    }
-
-    fn top_k(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>> {
+    /// [`Compute::top_k`] without blocking (the browser's WebGPU path).
+    pub async fn top_k_async(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>> {
         let d = base.panels.dim();
         if d == 0 || queries.len() < d {
             return Vec::new();
@@ -284,43 +301,56 @@ impl Compute for GpuCompute {
         if base.panels.is_empty() || k == 0 {
             return vec![Vec::new(); queries.len() / d];
         }
-        self.run("top_k", |s| s.top_k(queries, &base, k), |c| c.top_k(queries, base, k))
+        on_gpu!(self, "top_k", |s| s.top_k(queries, &base, k), |c| c
+            .top_k(queries, base, k))
     }
 
-    fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32> {
+    /// [`Compute::matmul_nt`] without blocking.
+    pub async fn matmul_nt_async(&self, a: &[f32], b: &Panels) -> Vec<f32> {
         if b.dim() == 0 || b.is_empty() || a.len() < b.dim() {
             return Vec::new();
         }
-        self.run(
-            "matmul_nt",
-            |s| s.matmul_nt(a, &BaseRef::plain(b)),
-            |c| c.matmul_nt(a, b),
-        )
+        let base = BaseRef::plain(b);
+        on_gpu!(self, "matmul_nt", |s| s.matmul_nt(a, &base), |c| c.matmul_nt(a, b))
     }
 
-    fn cluster_sums(&self, points: &[f32], dim: usize, assign: &[u32], k: usize) -> (Vec<f32>, Vec<u32>) {
+    /// [`Compute::cluster_sums`] without blocking.
+    pub async fn cluster_sums_async(
+        &self,
+        points: &[f32],
+        dim: usize,
+        assign: &[u32],
+        k: usize,
+    ) -> (Vec<f32>, Vec<u32>) {
         if dim == 0 || k == 0 {
             return (vec![0.0; k * dim], vec![0; k]);
         }
-        self.run(
-            "cluster_sums",
-            |s| s.cluster_sums(points, dim, assign, k),
-            |c| c.cluster_sums(points, dim, assign, k),
-        )
+        on_gpu!(self, "cluster_sums", |s| s.cluster_sums(points, dim, assign, k), |c| c
+            .cluster_sums(points, dim, assign, k))
     }
 
-    fn cluster_distance_sums(&self, points: &Panels, labels: &[u32], k: usize, metric: Metric) -> Vec<f32> {
+    /// [`Compute::cluster_distance_sums`] without blocking.
+    pub async fn cluster_distance_sums_async(
+        &self,
+        points: &Panels,
+        labels: &[u32],
+        k: usize,
+        metric: Metric,
+    ) -> Vec<f32> {
         if points.is_empty() || points.dim() == 0 || k == 0 {
             return Vec::new();
         }
-        self.run(
+        on_gpu!(
+            self,
             "cluster_distance_sums",
             |s| s.distance_sums(points, labels, k, metric),
-            |c| c.cluster_distance_sums(points, labels, k, metric),
+            |c| c.cluster_distance_sums(points, labels, k, metric)
         )
     }
 
-    fn adc_top_k(
+    /// [`Compute::adc_top_k`] without blocking.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn adc_top_k_async(
         &self,
         queries: &[f32],
         pq: &ProductQuantizer,
@@ -333,14 +363,16 @@ impl Compute for GpuCompute {
         if probes.is_empty() || k == 0 {
             return vec![Vec::new(); probes.len()];
         }
-        self.run(
+        on_gpu!(
+            self,
             "adc_top_k",
             |s| s.adc_top_k(queries, pq, &lists, probes, ids, alive, k),
-            |c| c.adc_top_k(queries, pq, lists, probes, ids, alive, k),
+            |c| c.adc_top_k(queries, pq, lists, probes, ids, alive, k)
         )
     }
 
-    fn rerank(
+    /// [`Compute::rerank`] without blocking.
+    pub async fn rerank_async(
         &self,
         queries: &[f32],
         store: StoreRef<'_>,
@@ -351,32 +383,82 @@ impl Compute for GpuCompute {
         if candidates.is_empty() || k == 0 {
             return vec![Vec::new(); candidates.len()];
         }
-        self.run(
-            "rerank",
-            |s| s.rerank(queries, &store, ids, candidates, k),
-            |c| c.rerank(queries, store, ids, candidates, k),
-        )
+        on_gpu!(self, "rerank", |s| s.rerank(queries, &store, ids, candidates, k), |c| c
+            .rerank(queries, store, ids, candidates, k))
     }
 
-    fn salience(&self, added: &[u64], last_retrieved: &[u64], now: u64, params: &SalienceParams) -> Vec<f32> {
+    /// [`Compute::salience`] without blocking.
+    pub async fn salience_async(&self, added: &[u64], last: &[u64], now: u64, params: &SalienceParams) -> Vec<f32> {
         if added.is_empty() {
             return Vec::new();
         }
-        self.run(
-            "salience",
-            |s| s.salience(added, last_retrieved, now, params),
-            |c| c.salience(added, last_retrieved, now, params),
-        )
+        on_gpu!(self, "salience", |s| s.salience(added, last, now, params), |c| c
+            .salience(added, last, now, params))
     }
 
-    fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
+    /// [`Compute::lowest`] without blocking.
+    pub async fn lowest_async(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
         if count == 0 || scores.is_empty() {
             return Vec::new();
         }
-        self.run(
-            "lowest",
-            |s| s.lowest(scores, ids, alive, count),
-            |c| c.lowest(scores, ids, alive, count),
-        )
+        on_gpu!(self, "lowest", |s| s.lowest(scores, ids, alive, count), |c| c
+            .lowest(scores, ids, alive, count))
+    }
+}
+
+/// The blocking compute interface (native; in the browser use the `_async`
+/// methods).
+#[cfg(not(target_arch = "wasm32"))]
+impl Compute for GpuCompute {
+    fn name(&self) -> String {
+        format!("gpu ({}, {})", self.report.name, self.report.backend)
+    }
+
+    fn top_k(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>> {
+        pollster::block_on(self.top_k_async(queries, base, k))
+    }
+
+    fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32> {
+        pollster::block_on(self.matmul_nt_async(a, b))
+    }
+
+    fn cluster_sums(&self, points: &[f32], dim: usize, assign: &[u32], k: usize) -> (Vec<f32>, Vec<u32>) {
+        pollster::block_on(self.cluster_sums_async(points, dim, assign, k))
+    }
+
+    fn cluster_distance_sums(&self, points: &Panels, labels: &[u32], k: usize, metric: Metric) -> Vec<f32> {
+        pollster::block_on(self.cluster_distance_sums_async(points, labels, k, metric))
+    }
+
+    fn adc_top_k(
+        &self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        lists: InvertedRef<'_>,
+        probes: &[Vec<Probe>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Vec<Vec<Cand>> {
+        pollster::block_on(self.adc_top_k_async(queries, pq, lists, probes, ids, alive, k))
+    }
+
+    fn rerank(
+        &self,
+        queries: &[f32],
+        store: StoreRef<'_>,
+        ids: &[u64],
+        candidates: &[Vec<u32>],
+        k: usize,
+    ) -> Vec<Vec<Cand>> {
+        pollster::block_on(self.rerank_async(queries, store, ids, candidates, k))
+    }
+
+    fn salience(&self, added: &[u64], last_retrieved: &[u64], now: u64, params: &SalienceParams) -> Vec<f32> {
+        pollster::block_on(self.salience_async(added, last_retrieved, now, params))
+    }
+
+    fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
+        pollster::block_on(self.lowest_async(scores, ids, alive, count))
     }
 }

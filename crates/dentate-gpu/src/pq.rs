@@ -89,7 +89,7 @@ impl GpuState {
 
     /// The ADC scan with per-query tables and a device top-k.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn adc_top_k(
+    pub(crate) async fn adc_top_k(
         &mut self,
         queries: &[f32],
         pq: &ProductQuantizer,
@@ -113,9 +113,11 @@ impl GpuState {
         let (decl, fill) = lut_source(table);
         let c = consts(kk, m, pq.dsub(), false);
         let replace = [("LUT_DECL", decl), ("LUT_FILL", fill)];
-        let adc = gpu.pipeline(wgsl::PQ, "adc", &c, &replace, table == Table::SharedF16)?;
+        let adc = gpu
+            .pipeline(wgsl::PQ, "adc", &c, &replace, table == Table::SharedF16)
+            .await?;
         let tables = match table {
-            Table::Global => Some(gpu.pipeline(wgsl::PQ, "tables", &c, &replace, false)?),
+            Table::Global => Some(gpu.pipeline(wgsl::PQ, "tables", &c, &replace, false).await?),
             _ => None,
         };
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
@@ -176,8 +178,10 @@ impl GpuState {
             }
             let bind = gpu.bind(&adc, &entries);
             gpu.dispatch(&mut enc, &adc, &bind, (nb as u32, 1));
-            let merged = merge_to_one(gpu, &mut enc, partial, nb, WG, kk)?;
-            let bytes = gpu.submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)?;
+            let merged = merge_to_one(gpu, &mut enc, partial, nb, WG, kk).await?;
+            let bytes = gpu
+                .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)
+                .await?;
             out.extend(decode(&bytes, nb, kk, k));
             q0 += nb;
         }
@@ -185,7 +189,7 @@ impl GpuState {
     }
 
     /// Exact re-ranking of candidate rows against the stored vectors.
-    pub(crate) fn rerank(
+    pub(crate) async fn rerank(
         &mut self,
         queries: &[f32],
         store: &StoreRef<'_>,
@@ -206,13 +210,15 @@ impl GpuState {
         if nchunks > res.vecs.chunks() && !store.rows.is_empty() {
             return Err(GpuError::Device("the re-rank store is not resident".into()));
         }
-        let pipe = gpu.pipeline(
-            wgsl::PQ,
-            "rerank",
-            &consts(kk, 4, 1, res.f16),
-            &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
-            false,
-        )?;
+        let pipe = gpu
+            .pipeline(
+                wgsl::PQ,
+                "rerank",
+                &consts(kk, 4, 1, res.f16),
+                &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
+                false,
+            )
+            .await?;
         let ncand = candidates.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let lists = nchunks * WG;
         let maxb = gpu.max_binding();
@@ -264,8 +270,10 @@ impl GpuState {
                 );
                 gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
             }
-            let merged = merge_to_one(gpu, &mut enc, partial, nb, lists, kk)?;
-            let bytes = gpu.submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)?;
+            let merged = merge_to_one(gpu, &mut enc, partial, nb, lists, kk).await?;
+            let bytes = gpu
+                .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)
+                .await?;
             out.extend(decode(&bytes, nb, kk, k));
             q0 += nb;
         }

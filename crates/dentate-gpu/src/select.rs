@@ -31,7 +31,7 @@ fn sortable(x: f32) -> u32 {
 
 impl GpuState {
     /// Salience of every row at turn `now`.
-    pub(crate) fn salience(
+    pub(crate) async fn salience(
         &mut self,
         added: &[u64],
         last: &[u64],
@@ -43,7 +43,7 @@ impl GpuState {
         if (n as u64) * 8 > gpu.max_binding() {
             return Err(GpuError::Unsupported(format!("{n} rows exceed one binding")));
         }
-        let pipe = gpu.pipeline(wgsl::SELECT, "salience", &[], &[], false)?;
+        let pipe = gpu.pipeline(wgsl::SELECT, "salience", &[], &[], false).await?;
         let a = gpu.storage("added", bytemuck::cast_slice(&added[..n]));
         let l = gpu.storage("last", bytemuck::cast_slice(&last[..n]));
         let out = gpu.zeroed("salience", n as u64 * 4);
@@ -65,12 +65,18 @@ impl GpuState {
         let bind = gpu.bind(&pipe, &[(0, &u), (1, &a), (2, &l), (3, &out)]);
         let mut enc = gpu.encoder();
         gpu.dispatch(&mut enc, &pipe, &bind, grid(n)?);
-        let bytes = gpu.submit_and_read(enc, &out, 0, n as u64 * 4)?;
+        let bytes = gpu.submit_and_read(enc, &out, 0, n as u64 * 4).await?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
     /// The `count` live rows with the lowest (score, id), lowest first.
-    pub(crate) fn lowest(&mut self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Result<Vec<u32>> {
+    pub(crate) async fn lowest(
+        &mut self,
+        scores: &[f32],
+        ids: &[u64],
+        alive: &Bitset,
+        count: usize,
+    ) -> Result<Vec<u32>> {
         let gpu = &self.gpu;
         let n = scores.len().min(ids.len());
         let live = (0..n).filter(|&i| alive.get(i)).count();
@@ -81,8 +87,8 @@ impl GpuState {
         if (n as u64) * 8 > gpu.max_binding() {
             return Err(GpuError::Unsupported(format!("{n} rows exceed one binding")));
         }
-        let hist_pipe = gpu.pipeline(wgsl::SELECT, "histogram", &[], &[], false)?;
-        let collect_pipe = gpu.pipeline(wgsl::SELECT, "collect", &[], &[], false)?;
+        let hist_pipe = gpu.pipeline(wgsl::SELECT, "histogram", &[], &[], false).await?;
+        let collect_pipe = gpu.pipeline(wgsl::SELECT, "collect", &[], &[], false).await?;
         let s = gpu.storage("scores", bytemuck::cast_slice(&scores[..n]));
         let i = gpu.storage("ids", bytemuck::cast_slice(&ids[..n]));
         let a = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
@@ -105,7 +111,7 @@ impl GpuState {
             let bind = gpu.bind(&hist_pipe, &[(4, &u), (5, &s), (6, &i), (7, &a), (8, &hist)]);
             let mut enc = gpu.encoder();
             gpu.dispatch(&mut enc, &hist_pipe, &bind, groups);
-            let h: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(enc, &hist, 0, 256 * 4)?);
+            let h: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu.submit_and_read(enc, &hist, 0, 256 * 4).await?);
             let mut below = 0usize;
             let mut chosen = None;
             for (b, &c) in h.iter().enumerate() {
@@ -135,7 +141,8 @@ impl GpuState {
         gpu.dispatch(&mut enc, &collect_pipe, &bind, groups);
         gpu.submit(enc);
         let got = u32::from_le_bytes(
-            gpu.submit_and_read(gpu.encoder(), &hist, 256 * 4, 4)?
+            gpu.submit_and_read(gpu.encoder(), &hist, 256 * 4, 4)
+                .await?
                 .try_into()
                 .map_err(|_| GpuError::Device("short read".into()))?,
         ) as usize;
@@ -143,7 +150,7 @@ impl GpuState {
             return Err(GpuError::Device(format!("radix select picked {got} rows, not {count}")));
         }
         let mut rows: Vec<u32> =
-            bytemuck::pod_collect_to_vec(&gpu.submit_and_read(gpu.encoder(), &picked, 0, count as u64 * 4)?);
+            bytemuck::pod_collect_to_vec(&gpu.submit_and_read(gpu.encoder(), &picked, 0, count as u64 * 4).await?);
         rows.sort_by_key(|&r| (sortable(scores[r as usize]), ids[r as usize]));
         Ok(rows)
     }

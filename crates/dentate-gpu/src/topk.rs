@@ -72,7 +72,7 @@ pub(crate) fn decode(bytes: &[u8], nq: usize, kk: usize, k: usize) -> Vec<Vec<Ca
 
 /// Records merge passes that fold `lists` sorted lists of `kk` slots per
 /// query (in `first`) down to one; returns the buffer holding the result.
-pub(crate) fn merge_to_one(
+pub(crate) async fn merge_to_one(
     gpu: &Gpu,
     enc: &mut wgpu::CommandEncoder,
     first: wgpu::Buffer,
@@ -80,19 +80,21 @@ pub(crate) fn merge_to_one(
     mut lists: usize,
     kk: usize,
 ) -> Result<wgpu::Buffer> {
-    let pipe = gpu.pipeline(
-        wgsl::TOPK,
-        "merge",
-        &[
-            ("K", format!("{kk}u")),
-            ("TQ", "1u".into()),
-            ("TS", "64u".into()),
-            ("F16", "false".into()),
-            ("G", format!("{FAN_IN}u")),
-        ],
-        &[],
-        false,
-    )?;
+    let pipe = gpu
+        .pipeline(
+            wgsl::TOPK,
+            "merge",
+            &[
+                ("K", format!("{kk}u")),
+                ("TQ", "1u".into()),
+                ("TS", "64u".into()),
+                ("F16", "false".into()),
+                ("G", format!("{FAN_IN}u")),
+            ],
+            &[],
+            false,
+        )
+        .await?;
     let mut cur = first;
     while lists > 1 {
         let out_lists = lists.div_ceil(FAN_IN);
@@ -150,7 +152,7 @@ fn plan(base: &ResidentBase, n: usize, nq: usize, per_query_budget: u64, kk: usi
 
 impl GpuState {
     /// Top-k of every query against `base` on the device.
-    pub(crate) fn top_k(&mut self, queries: &[f32], base: &BaseRef<'_>, k: usize) -> Result<Vec<Vec<Cand>>> {
+    pub(crate) async fn top_k(&mut self, queries: &[f32], base: &BaseRef<'_>, k: usize) -> Result<Vec<Vec<Cand>>> {
         let d = base.panels.dim();
         let nq = queries.len() / d;
         let n = base.panels.len();
@@ -172,19 +174,21 @@ impl GpuState {
             let by_groups = gpu.max_groups() as usize * p.tq;
             let cap = by_bytes.min(by_queries).min(by_groups).clamp(1, 65_535);
             let nb = remaining.min(cap);
-            let scan = gpu.pipeline(
-                wgsl::TOPK,
-                "scan",
-                &[
-                    ("K", format!("{kk}u")),
-                    ("TQ", format!("{}u", p.tq)),
-                    ("TS", format!("{}u", p.ts)),
-                    ("F16", res.f16.to_string()),
-                    ("G", format!("{FAN_IN}u")),
-                ],
-                &[],
-                false,
-            )?;
+            let scan = gpu
+                .pipeline(
+                    wgsl::TOPK,
+                    "scan",
+                    &[
+                        ("K", format!("{kk}u")),
+                        ("TQ", format!("{}u", p.tq)),
+                        ("TS", format!("{}u", p.ts)),
+                        ("F16", res.f16.to_string()),
+                        ("G", format!("{FAN_IN}u")),
+                    ],
+                    &[],
+                    false,
+                )
+                .await?;
             let qbuf = gpu.storage(
                 "queries",
                 bytemuck::cast_slice(&qpad[q0 * dp4 * 4..(q0 + nb) * dp4 * 4]),
@@ -242,8 +246,10 @@ impl GpuState {
                 );
                 gpu.dispatch(&mut enc, &scan, &bind, (slices as u32, nb.div_ceil(p.tq) as u32));
             }
-            let merged = merge_to_one(gpu, &mut enc, partial, nb, p.lists, kk)?;
-            let bytes = gpu.submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)?;
+            let merged = merge_to_one(gpu, &mut enc, partial, nb, p.lists, kk).await?;
+            let bytes = gpu
+                .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)
+                .await?;
             out.extend(decode(&bytes, nb, kk, k));
             q0 += nb;
         }
@@ -251,7 +257,7 @@ impl GpuState {
     }
 
     /// `a · bᵀ` on the device.
-    pub(crate) fn matmul_nt(&mut self, a: &[f32], b: &BaseRef<'_>) -> Result<Vec<f32>> {
+    pub(crate) async fn matmul_nt(&mut self, a: &[f32], b: &BaseRef<'_>) -> Result<Vec<f32>> {
         let d = b.panels.dim();
         let nq = a.len() / d;
         let n = b.panels.len();
@@ -274,19 +280,21 @@ impl GpuState {
             .max(tile)
             .next_multiple_of(tile);
         let mut out = Vec::with_capacity(nq * n);
-        let pipe = gpu.pipeline(
-            wgsl::TOPK,
-            "scores",
-            &[
-                ("K", "1u".into()),
-                ("TQ", format!("{tq}u")),
-                ("TS", format!("{ts}u")),
-                ("F16", res.f16.to_string()),
-                ("G", format!("{FAN_IN}u")),
-            ],
-            &[],
-            false,
-        )?;
+        let pipe = gpu
+            .pipeline(
+                wgsl::TOPK,
+                "scores",
+                &[
+                    ("K", "1u".into()),
+                    ("TQ", format!("{tq}u")),
+                    ("TS", format!("{ts}u")),
+                    ("F16", res.f16.to_string()),
+                    ("G", format!("{FAN_IN}u")),
+                ],
+                &[],
+                false,
+            )
+            .await?;
         let chunk_rows = res.vecs.chunk_rows();
         let mut q0 = 0;
         while q0 < nq {
@@ -329,7 +337,7 @@ impl GpuState {
                 row0 += rows;
                 c += 1;
             }
-            let bytes = gpu.submit_and_read(enc, &mat, 0, nb as u64 * row_bytes)?;
+            let bytes = gpu.submit_and_read(enc, &mat, 0, nb as u64 * row_bytes).await?;
             out.extend(bytemuck::pod_collect_to_vec::<u8, f32>(&bytes));
             q0 += nb;
         }

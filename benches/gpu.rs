@@ -1,0 +1,131 @@
+//! Criterion benches of the compute backends side by side: every case runs
+//! on the CPU backend and on the wgpu backend in the same run, so the ratio
+//! is what counts on a shared machine.
+//!
+//! `cargo bench --bench gpu`. The GPU is the best adapter wgpu finds,
+//! software adapters included (on a machine with only Mesa's llvmpipe the
+//! "GPU" is an emulation on the same CPU cores: the numbers then measure
+//! the backend's overhead, not a GPU). Without any adapter the GPU cases
+//! are left out and the reason is printed. Sizes scale with
+//! `DENTATE_GPU_BENCH_N` (base rows; default 100,000 under `cargo bench`,
+//! 5,000 for the single smoke pass `cargo test --all-targets` makes).
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use dentate::compute::{BaseRef, Compute, CpuCompute};
+use dentate::data::{SynthConfig, clustered};
+use dentate::gpu::{GpuCompute, GpuOptions};
+use dentate::simd::Panels;
+use dentate::{Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Metric, Precision};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+const DIM: usize = 384;
+
+fn n() -> usize {
+    std::env::var("DENTATE_GPU_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if std::env::args().any(|a| a == "--bench") {
+            100_000
+        } else {
+            5_000
+        })
+}
+
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    clustered(&SynthConfig {
+        n,
+        dim: DIM,
+        clusters: 1000,
+        spread: 0.8,
+        seed,
+    })
+}
+
+fn backends() -> Vec<(String, Arc<dyn Compute>)> {
+    let mut out: Vec<(String, Arc<dyn Compute>)> = vec![("cpu".into(), Arc::new(CpuCompute::default()))];
+    match GpuCompute::with_options(GpuOptions {
+        allow_software: true,
+        ..GpuOptions::default()
+    }) {
+        Ok(g) => {
+            eprintln!("gpu backend: {}", g.name());
+            out.push(("gpu".into(), Arc::new(g)));
+        }
+        Err(e) => eprintln!("gpu cases left out: {e}"),
+    }
+    out
+}
+
+fn exact(c: &mut Criterion) {
+    let n = n();
+    let base = data(n, 1);
+    let queries = data(1_024, 2);
+    let panels = Panels::from_rows(&base, DIM, Precision::F32);
+    let mut g = c.benchmark_group("backend_exact_top10");
+    g.sample_size(10).measurement_time(Duration::from_secs(10));
+    g.throughput(Throughput::Elements(1_024));
+    for (name, b) in backends() {
+        // The device copy of the base is made on the first call, as an index
+        // would keep it; the timed calls upload queries only.
+        let base_ref = BaseRef {
+            uid: dentate::compute::new_uid(),
+            ..BaseRef::plain(&panels)
+        };
+        black_box(b.top_k(&queries[..DIM], base_ref, 10));
+        g.bench_function(BenchmarkId::new(format!("1024x{n}x384"), &name), |bench| {
+            bench.iter(|| black_box(b.top_k(black_box(&queries), base_ref, 10)))
+        });
+    }
+    g.finish();
+}
+
+fn kmeans_step(c: &mut Criterion) {
+    let points = data(n().min(65_536), 3);
+    let np = points.len() / DIM;
+    let k = (np / 8).clamp(2, 1_024);
+    let centroids = Panels::from_rows(&points[..k * DIM], DIM, Precision::F32);
+    let mut g = c.benchmark_group("backend_kmeans_step");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(np as u64));
+    for (name, b) in backends() {
+        g.bench_function(BenchmarkId::new(format!("{np}x384_k{k}"), &name), |bench| {
+            bench.iter(|| {
+                let (assign, _) = b.assign(black_box(&points), &centroids, Metric::Cosine);
+                black_box(b.cluster_sums(&points, DIM, &assign, k))
+            })
+        });
+    }
+    g.finish();
+}
+
+fn ivfpq(c: &mut Criterion) {
+    let n = n().min(100_000);
+    let base = data(n, 4);
+    let queries = data(1_000, 5);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let mut cfg = IvfPqConfig::new((n / 400).clamp(16, 256), 48);
+    cfg.kmeans_iterations = 10;
+    cfg.pq_iterations = 10;
+    let mut idx = IvfPqIndex::new(DIM, cfg).expect("config");
+    idx.set_compute(Arc::new(CpuCompute::default()));
+    idx.train(&base[..n.min(50_000) * DIM]).expect("train");
+    idx.add(&ids, &base).expect("add");
+    let mut g = c.benchmark_group("backend_ivfpq_nprobe16_rerank4");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(1_000));
+    for (name, b) in backends() {
+        let mut i = idx.clone();
+        i.set_compute(b);
+        let p = IvfSearchParams { nprobe: 16, rerank: 4 };
+        black_box(i.search_with(&queries[..DIM], 10, p).expect("search"));
+        g.bench_function(BenchmarkId::new(format!("1000x{n}x384"), &name), |bench| {
+            bench.iter(|| black_box(i.search_with(black_box(&queries), 10, p).expect("search")))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, exact, kmeans_step, ivfpq);
+criterion_main!(benches);

@@ -31,7 +31,8 @@
 //!   turn *continues a story*, so a reply without shared vocabulary leans
 //!   on the continuity bonus, and two stories told in similar words merge.
 //! - **headline**: extractive — the narrative's four most used content
-//!   words (names excluded); **characters**: the speakers of its fragments
+//!   words (speakers' names and generic chat words such as "like", "got",
+//!   "time" excluded); **characters**: the speakers of its fragments
 //!   and the capitalised names they mention (not sentence-initial, months
 //!   and weekdays excluded). Weaker than the model: no paraphrase, no
 //!   sense of which entity drives the story.

@@ -44,7 +44,7 @@ enum Command {
     /// Fetch models into the cache.
     #[command(subcommand)]
     Model(embedcmd::ModelCommand),
-    /// Agent memory: ingest conversations, ask, forget, correct.
+    /// Agent memory: ingest conversations, ask, show, forget, correct.
     #[command(subcommand)]
     Memory(memcmd::MemoryCommand),
     /// Evaluate memory pipelines on benchmarks.

@@ -51,7 +51,8 @@ pub struct MemoryArgs {
     /// User namespace.
     #[arg(long)]
     pub user: String,
-    /// Pipeline: hema, rag or nemori.
+    /// Pipeline: hema, rag, nemori or amory (amory-rapid and amory-none are
+    /// Amory's consolidation ablations).
     #[arg(long, default_value = "hema")]
     pub pipeline: String,
     /// Retriever: hybrid (dense + BM25, fused), dense, bm25, rrf[:C] or weighted:W.
@@ -109,6 +110,13 @@ pub enum MemoryCommand {
         budget: usize,
         /// The question.
         question: String,
+    },
+    /// Print what the memory holds: Amory's narrative tree (stories,
+    /// sub-plots, fragments) and semantic triples; the items of the other
+    /// pipelines.
+    Show {
+        #[command(flatten)]
+        m: MemoryArgs,
     },
     /// Delete a memory item by id.
     Forget {
@@ -216,6 +224,7 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
             let r = r.and_then(|mut r| {
                 if !keep_open {
                     let f = mem.flush(&m.user)?;
+                    r.messages += f.messages;
                     if f.items > 0 {
                         r.items += f.items;
                         r.live = f.live;
@@ -261,6 +270,14 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
             );
             Ok(())
         }
+        MemoryCommand::Show { m } => {
+            let mut mem = m.open()?;
+            if mem.store().message_count(&m.user)? == 0 {
+                return Err(format!("no messages stored for user `{}` in {}", m.user, m.dir.display()).into());
+            }
+            print!("{}", mem.show(&m.user)?);
+            Ok(())
+        }
         MemoryCommand::Forget { m, id } => {
             m.open()?.forget(&m.user, id)?;
             println!("forgot item {id} of `{}`", m.user);
@@ -290,7 +307,8 @@ pub struct LocomoArgs {
     /// LoCoMo JSON file.
     #[arg(long)]
     pub data: PathBuf,
-    /// Pipelines to compare, comma-separated: rag, hema, nemori.
+    /// Pipelines to compare, comma-separated: rag, hema, nemori, amory
+    /// (amory-rapid, amory-none).
     #[arg(long, default_value = "rag")]
     pub pipeline: String,
     /// Cut the ranked items at these numbers of items, comma-separated

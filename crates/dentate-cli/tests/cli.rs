@@ -482,6 +482,29 @@ fn long_chat(path: &Path, n: usize) {
     std::fs::write(path, out).unwrap();
 }
 
+/// Starts `ingest(dir) --input chat`, kills it (SIGKILL) after 700 ms, then
+/// runs it again: without `--input` when the messages were stored (the
+/// resume path), with it when the kill came before they were.
+fn kill_and_resume(ingest: &dyn Fn(&Path) -> Command, dir: &Path, chat: &Path) {
+    let mut child = ingest(dir)
+        .arg("--input")
+        .arg(chat)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let stored =
+        dir.join("memory.db").exists() && dentate_memory::Store::open(dir).unwrap().message_count("ann").unwrap() > 0;
+    if stored {
+        run_ok(&mut ingest(dir));
+    } else {
+        run_ok(ingest(dir).arg("--input").arg(chat));
+    }
+}
+
 /// `(kind, text, source ids)` of every live Nemori item, in id order.
 fn nemori_items(dir: &Path) -> Vec<(String, String, Vec<String>)> {
     let store = dentate_memory::Store::open(dir).unwrap();
@@ -512,27 +535,7 @@ fn nemori_ingest_ask_stream_and_survive_a_kill() {
     assert!(reference.iter().any(|i| i.0 == "episode") && reference.iter().any(|i| i.0 == "semantic"));
     // Killed mid-ingest (SIGKILL), then resumed without --input.
     let killed = dir.path().join("killed");
-    let mut child = ingest(&killed)
-        .arg("--input")
-        .arg(&chat)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let stored = killed.join("memory.db").exists()
-        && dentate_memory::Store::open(&killed)
-            .unwrap()
-            .message_count("ann")
-            .unwrap()
-            > 0;
-    if stored {
-        run_ok(&mut ingest(&killed));
-    } else {
-        run_ok(ingest(&killed).arg("--input").arg(&chat));
-    }
+    kill_and_resume(&ingest, &killed, &chat);
     assert_eq!(
         nemori_items(&killed),
         reference,
@@ -571,4 +574,115 @@ fn nemori_ingest_ask_stream_and_survive_a_kill() {
     let batch = dir.path().join("batch");
     run_ok(ingest(&batch).arg("--input").arg(&small));
     assert_eq!(nemori_items(&streamed), nemori_items(&batch));
+}
+
+/// `(kind, text, source ids, parent)` of every live Amory item, then every
+/// triple, in id order.
+fn amory_items(dir: &Path) -> Vec<String> {
+    let store = dentate_memory::Store::open(dir).unwrap();
+    let mut out = Vec::new();
+    for it in store.items("ann", "amory", None).unwrap() {
+        let refs = store.source_refs(&it.sources).unwrap();
+        out.push(format!("{} {:?} {refs:?} {:?}", it.kind, it.text, it.parent));
+    }
+    for t in store.triples("ann", "amory").unwrap() {
+        out.push(format!(
+            "{} | {} | {} {:?}",
+            t.subject, t.predicate, t.object, t.sources
+        ));
+    }
+    out
+}
+
+#[test]
+fn amory_ingest_show_ask_and_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = dir.path().join("chat.jsonl");
+    long_chat(&chat, 2400);
+    let memory = |cmd: &str, mem: &Path| {
+        let mut c = dentate();
+        c.args(["memory", cmd, "--pipeline", "amory", "--user", "ann", "--dir"])
+            .arg(mem);
+        c
+    };
+    // Uninterrupted.
+    let whole = dir.path().join("whole");
+    let out = run_ok(memory("ingest", &whole).arg("--input").arg(&chat));
+    assert!(out.contains("amory: processed 2400 messages"), "{out}");
+    let reference = amory_items(&whole);
+    for kind in ["narrative ", "subplot ", "fragment "] {
+        assert!(reference.iter().any(|i| i.starts_with(kind)), "{kind}");
+    }
+    // Killed mid-ingest (SIGKILL), then resumed without --input.
+    let killed = dir.path().join("killed");
+    kill_and_resume(&|mem: &Path| memory("ingest", mem), &killed, &chat);
+    assert_eq!(
+        amory_items(&killed),
+        reference,
+        "a kill loses nothing and changes nothing"
+    );
+    // `ask` shows stories, sub-plots and dated fragments with provenance.
+    let out = run_ok(memory("ask", &whole).arg("Who teaches the cello lessons?"));
+    assert!(
+        out.contains("Ines") && out.contains("Story: ") && out.contains("<memories>"),
+        "{out}"
+    );
+
+    // `show` prints the tree and the triples.
+    let small = dir.path().join("small.jsonl");
+    std::fs::write(
+        &small,
+        r#"{"speaker": "Ann", "text": "My sister Clara is an architect in Lisbon.", "timestamp": "2024-04-02T10:00:00Z", "id": "m1"}
+{"speaker": "Bob", "text": "Does Clara design museums in Lisbon?", "timestamp": "2024-04-02T10:01:00Z", "id": "m2"}
+{"speaker": "Ann", "text": "Clara designs museums near the Lisbon river.", "timestamp": "2024-04-02T10:02:00Z", "id": "m3"}
+{"speaker": "Bob", "text": "My favourite dish is the spicy lentil soup.", "timestamp": "2024-04-09T18:00:00Z", "id": "m4"}
+"#,
+    )
+    .unwrap();
+    let mem = dir.path().join("show");
+    run_ok(memory("ingest", &mem).arg("--input").arg(&small));
+    let out = run_ok(&mut memory("show", &mem));
+    assert!(out.starts_with("amory memory of `ann`:"), "{out}");
+    assert!(
+        out.contains("sub-plot: ") && out.contains("[Ann] (characters: Ann"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[2 April 2024] Ann: My sister Clara is an architect in Lisbon. (m1)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Semantic graph (") && out.contains("(Ann | 's sister is | Clara) (m1)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(Bob | 's favourite dish is | the spicy lentil soup) (m4)"),
+        "{out}"
+    );
+    // Other pipelines list their items.
+    let rag = dir.path().join("rag");
+    let mut c = dentate();
+    c.args(["memory", "ingest", "--pipeline", "rag", "--user", "ann", "--dir"])
+        .arg(&rag)
+        .arg("--input")
+        .arg(&small);
+    run_ok(&mut c);
+    let out = run_ok(
+        dentate()
+            .args(["memory", "show", "--pipeline", "rag", "--user", "ann", "--dir"])
+            .arg(&rag),
+    );
+    assert!(out.starts_with("rag memory of `ann`: 4 items from 4 messages"), "{out}");
+    assert!(
+        out.contains("turn      [9 April 2024] Bob: My favourite dish is the spicy lentil soup. (m4)"),
+        "{out}"
+    );
+    // An empty memory is an error, not an empty listing.
+    let out = dentate()
+        .args(["memory", "show", "--pipeline", "amory", "--user", "nobody", "--dir"])
+        .arg(&mem)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no messages stored"));
 }

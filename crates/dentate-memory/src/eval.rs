@@ -37,6 +37,11 @@ pub const JUDGE_PROMPT: &str = include_str!("prompts/judge.txt");
 /// `{full_stories}`, `{add_trivas}` and `{question}` placeholders.
 pub const ANSWER_PROMPT: &str = include_str!("prompts/qa.txt");
 
+/// Item kinds that cite their source messages without quoting them (HEMA's
+/// block summaries, Amory's story and sub-plot headlines): they cover no
+/// evidence.
+pub const CITES_WITHOUT_QUOTING: &[&str] = &["summary", crate::amory::NARRATIVE, crate::amory::SUBPLOT];
+
 /// Settings of an evaluation run.
 #[derive(Clone)]
 pub struct EvalOptions {
@@ -473,11 +478,11 @@ fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: 
             }
             .unwrap_or_else(|| packer.pack(&hits, cut));
             let used = &hits[..packed.items];
-            // A summary cites its whole block of messages without quoting
+            // A summary or a headline cites its messages without quoting
             // them: it covers no evidence turn.
             let mut ids: Vec<String> = used
                 .iter()
-                .filter(|h| h.item.kind != "summary")
+                .filter(|h| !CITES_WITHOUT_QUOTING.contains(&h.item.kind.as_str()))
                 .flat_map(|h| h.source_refs.iter().cloned())
                 .collect();
             ids.sort();

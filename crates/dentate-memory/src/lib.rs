@@ -9,15 +9,18 @@
 //! - [`Llm`] and [`OpenAiChat`]: any OpenAI-compatible chat endpoint, with
 //!   timeouts, retries, strict JSON parsing and one repair request
 //!   ([`ask_json`]); calls, tokens and latency are counted.
-//! - [`Pipeline`]s: the turn-level [`Rag`] baseline, [`Hema`] and
-//!   [`Nemori`].
+//! - [`Pipeline`]s: the turn-level [`Rag`] baseline, [`Hema`],
+//!   [`Nemori`] and [`Amory`] (narratives, consolidation, a semantic graph
+//!   of triples in [`graph`]).
 //! - [`Memory`]: a directory, a pipeline, many users.
 //! - [`locomo`]: the LoCoMo dataset and the LLM-free evidence-recall
 //!   evaluation.
 #![warn(missing_docs)]
 
+pub mod amory;
 mod error;
 pub mod eval;
+pub mod graph;
 pub mod hema;
 pub mod input;
 pub mod llm;
@@ -33,7 +36,9 @@ pub mod time;
 pub mod tokens;
 pub mod vecmem;
 
+pub use amory::{Amory, AmoryConfig};
 pub use error::{MemoryError, Result};
+pub use graph::{NewTriple, Triple};
 pub use hema::{Hema, HemaConfig};
 #[cfg(feature = "http")]
 pub use llm::{ChatConfig, OpenAiChat};
@@ -43,5 +48,5 @@ pub use metrics::Cut;
 pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{Composed, DEFAULT_FUSION, Env, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever};
 pub use rag::Rag;
-pub use store::{Item, ItemRef, Message, NewItem, NewMessage, Store};
+pub use store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewMessage, Store};
 pub use vecmem::{VectorMemory, VectorMemoryConfig};

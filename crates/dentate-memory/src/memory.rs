@@ -1,5 +1,6 @@
 //! [`Memory`]: one memory directory, one pipeline, many users.
 
+use crate::amory::{Amory, AmoryConfig, Consolidation};
 use crate::error::{MemoryError, Result};
 use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
@@ -22,6 +23,8 @@ pub enum PipelineKind {
     Hema(HemaConfig),
     /// Nemori.
     Nemori(NemoriConfig),
+    /// Amory.
+    Amory(AmoryConfig),
 }
 
 impl PipelineKind {
@@ -31,17 +34,30 @@ impl PipelineKind {
             PipelineKind::Rag(_) => "rag",
             PipelineKind::Hema(_) => "hema",
             PipelineKind::Nemori(_) => "nemori",
+            PipelineKind::Amory(c) => c.name(),
         }
     }
 
-    /// Parses `rag`, `hema` or `nemori` (default settings).
+    /// Parses `rag`, `hema`, `nemori` or `amory` (default settings; Amory's
+    /// consolidation ablations are `amory-rapid` and `amory-none`).
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "rag" => Ok(PipelineKind::Rag(VectorMemoryConfig::default())),
             "hema" => Ok(PipelineKind::Hema(HemaConfig::default())),
             "nemori" => Ok(PipelineKind::Nemori(NemoriConfig::default())),
+            "amory" | "amory-rapid" | "amory-none" => {
+                let consolidation = match name {
+                    "amory-rapid" => Consolidation::Rapid,
+                    "amory-none" => Consolidation::None,
+                    _ => Consolidation::Inactive,
+                };
+                Ok(PipelineKind::Amory(AmoryConfig {
+                    consolidation,
+                    ..AmoryConfig::default()
+                }))
+            }
             other => Err(MemoryError::Invalid(format!(
-                "unknown pipeline `{other}` (expected rag, hema or nemori)"
+                "unknown pipeline `{other}` (expected rag, hema, nemori, amory, amory-rapid or amory-none)"
             ))),
         }
     }
@@ -51,6 +67,7 @@ impl PipelineKind {
             PipelineKind::Rag(c) => Box::new(Rag::new(c.clone())),
             PipelineKind::Hema(c) => Box::new(Hema::new(c.clone())),
             PipelineKind::Nemori(c) => Box::new(Nemori::new(c.clone())),
+            PipelineKind::Amory(c) => Box::new(Amory::new(c.clone())),
         }
     }
 }
@@ -257,6 +274,12 @@ impl Memory {
             p.replace_item(env, id, turn, &v, text)?;
             p.save(env)
         })
+    }
+
+    /// A readable listing of what the pipeline holds for `user` (Amory: its
+    /// narrative tree and triples; others: their items).
+    pub fn show(&mut self, user: &str) -> Result<String> {
+        self.with(user, |p, env| p.show(env))
     }
 
     /// Heap bytes of the user's index (0 before it is loaded).

@@ -139,7 +139,7 @@ pub struct EvalReport {
 
 /// Month names, kept as content words although a stop list may hold one
 /// (`may`).
-const MONTHS: [&str; 12] = [
+pub(crate) const MONTHS: [&str; 12] = [
     "january",
     "february",
     "march",

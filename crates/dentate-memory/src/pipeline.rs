@@ -143,6 +143,12 @@ pub trait Pipeline: Send {
     fn renderer(&self) -> fn(&Item) -> String {
         render_item
     }
+    /// A readable listing of what the pipeline holds for the user (`dentate
+    /// memory show`): by default every live item with its id, kind, date
+    /// and source message ids; pipelines with structure print it.
+    fn show(&mut self, env: &mut Env<'_>) -> Result<String> {
+        list_items(env, self.name())
+    }
     /// Removes a forgotten or deleted item from the pipeline's indexes.
     fn drop_item(&mut self, id: i64);
     /// Replaces a corrected item (made at `turn`) in the pipeline's indexes.
@@ -258,6 +264,25 @@ impl Vectors {
 
     /// The `k` best items for `query` with `env.retriever`: `(item id, score)`.
     pub(crate) fn search(&mut self, env: &Env<'_>, query: &str, k: usize) -> Result<Vec<(i64, f32)>> {
+        let q = query_vector(env, query)?;
+        self.search_with(env, query, q.as_deref(), k)
+    }
+
+    /// [`Vectors::search`] with the query's embedding already made by
+    /// [`query_vector`] (a pipeline searching several indexes embeds it
+    /// once).
+    pub(crate) fn search_with(
+        &mut self,
+        env: &Env<'_>,
+        query: &str,
+        q: Option<&[f32]>,
+        k: usize,
+    ) -> Result<Vec<(i64, f32)>> {
+        let q = match (env.retriever, q) {
+            (Retriever::Bm25, _) => Vec::new(),
+            (_, Some(q)) => q.to_vec(),
+            (_, None) => embed_query(env, query)?,
+        };
         let to_pairs = |hits: Vec<dentate_core::Hit>| -> Vec<(i64, f32)> {
             hits.into_iter()
                 .filter_map(|h| i64::try_from(h.id).ok().map(|id| (id, h.score)))
@@ -270,16 +295,12 @@ impl Vectors {
                 .collect()
         };
         match env.retriever {
-            Retriever::Dense => {
-                let q = embed_query(env, query)?;
-                self.get(env)?.search(&q, k)
-            }
+            Retriever::Dense => self.get(env)?.search(&q, k),
             Retriever::Bm25 => {
                 embed_query_check(query)?;
                 Ok(to_pairs(self.lexical(env)?.search(query, k)?))
             }
             Retriever::Hybrid(fusion) => {
-                let q = embed_query(env, query)?;
                 let depth = dentate_core::candidate_depth(k);
                 let dense = as_hits(&self.get(env)?.search(&q, depth)?);
                 let lexical = self.lexical(env)?.search(query, depth)?;
@@ -390,6 +411,18 @@ fn embed_query_check(query: &str) -> Result<()> {
     Ok(())
 }
 
+/// The embedding of a query when `env.retriever` needs one (`None` for
+/// BM25 alone).
+pub(crate) fn query_vector(env: &Env<'_>, query: &str) -> Result<Option<Vec<f32>>> {
+    match env.retriever {
+        Retriever::Bm25 => {
+            embed_query_check(query)?;
+            Ok(None)
+        }
+        _ => embed_query(env, query).map(Some),
+    }
+}
+
 /// The embedding of one query.
 pub(crate) fn embed_query(env: &Env<'_>, query: &str) -> Result<Vec<f32>> {
     embed_query_check(query)?;
@@ -409,6 +442,47 @@ pub(crate) fn resolve(env: &Env<'_>, hits: &[(i64, f32)]) -> Result<Vec<Retrieve
         });
     }
     Ok(out)
+}
+
+/// Every live item of `pipeline` for the user, one per line:
+/// `#id kind [date] (sources) text`, after a count.
+pub(crate) fn list_items(env: &Env<'_>, pipeline: &str) -> Result<String> {
+    let items = env.store.items(env.user, pipeline, None)?;
+    let mut out = format!(
+        "{pipeline} memory of `{}`: {} items from {} messages\n",
+        env.user,
+        items.len(),
+        env.store.message_count(env.user)?
+    );
+    for it in &items {
+        out.push_str(&format!("#{:<6} {:<9} ", it.id, it.kind));
+        out.push_str(&show_line(env, it)?);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// One item as `memory show` prints it: `[date] text (sources)`, the text
+/// on one line.
+pub(crate) fn show_line(env: &Env<'_>, it: &Item) -> Result<String> {
+    let refs = env.store.source_refs(&it.sources)?;
+    let date = it.said_at.map(|t| format!("[{}] ", human_date(t))).unwrap_or_default();
+    Ok(format!(
+        "{date}{} ({})",
+        it.text.replace('\n', " / "),
+        compact_refs(&refs)
+    ))
+}
+
+/// Source ids for display: all of them up to 4, else the first two, a
+/// count and the last.
+pub(crate) fn compact_refs(refs: &[String]) -> String {
+    match refs {
+        [] => "no sources".into(),
+        r if r.len() <= 4 => r.join(", "),
+        [a, b, .., z] => format!("{a}, {b}, … {z}; {} messages", refs.len()),
+        r => r.join(", "),
+    }
 }
 
 /// The text a message is embedded and shown as: `speaker: text`.

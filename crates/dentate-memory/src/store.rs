@@ -58,6 +58,24 @@ const MIGRATIONS: &[&str] = &[
     // v2: an item derived from another item of the same pipeline (Nemori's
     // semantic statements point at the episode they were learned from).
     "ALTER TABLE items ADD COLUMN parent INTEGER REFERENCES items(id);",
+    // v3: (subject, predicate, object) triples of a semantic graph (Amory's
+    // semantic memory). Each triple is also an item (its text, vector,
+    // provenance and deletion live there); the keys are the normalised
+    // forms lookups match (`crate::graph`).
+    "CREATE TABLE triples (
+        item_id INTEGER PRIMARY KEY REFERENCES items(id),
+        user TEXT NOT NULL,
+        pipeline TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        predicate TEXT NOT NULL,
+        object TEXT NOT NULL,
+        subject_key TEXT NOT NULL,
+        predicate_key TEXT NOT NULL,
+        object_key TEXT NOT NULL
+     );
+     CREATE INDEX triples_by_subject ON triples(user, pipeline, subject_key);
+     CREATE INDEX triples_by_object ON triples(user, pipeline, object_key);
+     CREATE INDEX triples_by_predicate ON triples(user, pipeline, predicate_key);",
 ];
 
 /// Current schema version.
@@ -145,11 +163,32 @@ pub struct Item {
     pub parent: Option<i64>,
 }
 
+/// A change to a live item of the step's pipeline, applied by
+/// [`Store::commit`] after the step's new items are added (so it may name
+/// them).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ItemUpdate {
+    /// The stored item.
+    pub id: i64,
+    /// Its new text, if it changes.
+    pub text: Option<String>,
+    /// Its new embedding, if it changes.
+    pub vector: Option<Vec<f32>>,
+    /// Its new parent, if it changes.
+    pub parent: Option<ItemRef>,
+    /// Source messages to add to its provenance.
+    pub add_sources: Vec<i64>,
+}
+
 /// One pipeline step, committed atomically by [`Store::commit`].
 #[derive(Debug, Clone, Default)]
 pub struct Step {
     /// Items to add.
     pub add: Vec<NewItem>,
+    /// Changes to stored items (applied after `add`).
+    pub update: Vec<ItemUpdate>,
+    /// Triples of the semantic graph, each naming its item.
+    pub triples: Vec<crate::graph::NewTriple>,
     /// Item ids to mark deleted.
     pub delete: Vec<i64>,
     /// Pipeline state to set.
@@ -163,7 +202,7 @@ pub struct Step {
 /// The SQLite store of one memory directory.
 #[derive(Debug)]
 pub struct Store {
-    conn: Connection,
+    pub(crate) conn: Connection,
     dir: Option<PathBuf>,
 }
 
@@ -222,6 +261,12 @@ fn blob_f32(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(2)
         .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
         .collect()
+}
+
+/// `v` as it reads back from the store (rounded through f16), so a
+/// decision made on fresh vectors equals one made after a restart.
+pub(crate) fn as_stored(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect()
 }
 
 impl Store {
@@ -473,6 +518,38 @@ impl Store {
                 }
                 ids.push(id);
             }
+            let resolve = |r: ItemRef, what: &str| -> Result<i64> {
+                match r {
+                    ItemRef::Stored(id) => Ok(id),
+                    ItemRef::InStep(j) => ids.get(j).copied().ok_or_else(|| {
+                        MemoryError::Invalid(format!("{what} names item {j} of a step that adds {}", ids.len()))
+                    }),
+                }
+            };
+            let mut upd = tx.prepare(
+                "UPDATE items SET text = COALESCE(?4, text), vector = COALESCE(?5, vector), parent = COALESCE(?6, parent)
+                 WHERE id = ?1 AND user = ?2 AND pipeline = ?3 AND deleted = 0",
+            )?;
+            for u in &step.update {
+                let parent = u.parent.map(|p| resolve(p, "an update")).transpose()?;
+                let n = upd.execute(params![
+                    u.id,
+                    user,
+                    pipeline,
+                    u.text,
+                    u.vector.as_deref().map(f16_blob),
+                    parent
+                ])?;
+                if n > 0 {
+                    for &m in &u.add_sources {
+                        src.execute(params![u.id, m])?;
+                    }
+                }
+            }
+            for t in &step.triples {
+                let item = resolve(t.item, "a triple")?;
+                crate::graph::insert(tx, user, pipeline, item, t)?;
+            }
             let mut del = tx.prepare("UPDATE items SET deleted = 1 WHERE id = ?1 AND user = ?2 AND pipeline = ?3")?;
             for &id in &step.delete {
                 del.execute(params![id, user, pipeline])?;
@@ -596,11 +673,18 @@ impl Store {
 
     /// Replaces the text (and vector) of a live item of `user`, keeping its
     /// id and provenance; returns whether it existed.
+    /// An item that is a triple of the semantic graph leaves the graph: its
+    /// corrected text is no longer known to be that triple.
     pub fn correct_item(&mut self, user: &str, id: i64, text: &str, vector: Option<&[f32]>) -> Result<bool> {
-        let n = self.conn.execute(
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
             "UPDATE items SET text = ?3, vector = COALESCE(?4, vector) WHERE id = ?1 AND user = ?2 AND deleted = 0",
             params![id, user, text, vector.map(f16_blob)],
         )?;
+        if n > 0 {
+            tx.execute("DELETE FROM triples WHERE item_id = ?1", [id])?;
+        }
+        tx.commit()?;
         Ok(n > 0)
     }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{chat, chat_body, embedder, msg};
+use common::{answering_server, chat, chat_body, embedder, msg, stage_by, stages_of};
 use dentate_embed::http::testing::{Reply, ScriptedServer};
 use dentate_memory::nemori::boundary::BoundaryMode;
 use dentate_memory::nemori::{EPISODE, SEMANTIC};
@@ -224,19 +224,16 @@ fn offline_is_deterministic_and_streaming_across_restarts_changes_nothing() {
 
 /// The stage a request is for, from its system prompt.
 fn stage(body: &Value) -> &'static str {
-    let system = body["messages"][0]["content"].as_str().unwrap_or("");
-    for (needle, name) in [
-        ("episode boundary detector", "boundary"),
-        ("topic segmenter", "batch"),
-        ("episodic memory writer", "episode"),
-        ("prediction step", "predict"),
-        ("calibration step", "distill"),
-    ] {
-        if system.contains(needle) {
-            return name;
-        }
-    }
-    "unknown"
+    stage_by(
+        body,
+        &[
+            ("episode boundary detector", "boundary"),
+            ("topic segmenter", "batch"),
+            ("episodic memory writer", "episode"),
+            ("prediction step", "predict"),
+            ("calibration step", "distill"),
+        ],
+    )
 }
 
 /// The numbered message lines `[n] (...) speaker: text` of a prompt.
@@ -295,11 +292,11 @@ fn answer(body: &Value) -> String {
 }
 
 fn model_server(limit: usize) -> ScriptedServer {
-    ScriptedServer::start(limit, |_, body| Reply::ok(chat_body(&answer(body)))).unwrap()
+    answering_server(limit, answer)
 }
 
 fn stages(server: &ScriptedServer) -> Vec<&'static str> {
-    server.requests().iter().map(|r| stage(&r.body)).collect()
+    stages_of(server, stage)
 }
 
 #[test]

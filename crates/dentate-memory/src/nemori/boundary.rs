@@ -280,16 +280,23 @@ fn parse_segments(v: &Value, n: usize) -> Result<Vec<usize>, String> {
         .get("segments")
         .and_then(Value::as_array)
         .ok_or("`segments` must be a list")?;
+    tiling(segs, n, "segment")
+}
+
+/// Checks a list of `{"start", "end"}` blocks (1-based, inclusive) that
+/// must tile `1..=n` in order without gaps or overlaps; returns their
+/// lengths. `what` names a block in errors.
+pub(crate) fn tiling(segs: &[Value], n: usize, what: &str) -> Result<Vec<usize>, String> {
     let mut next = 1usize;
     let mut lens = Vec::with_capacity(segs.len());
     for (i, s) in segs.iter().enumerate() {
         let get = |k: &str| s.get(k).and_then(Value::as_u64).map(|x| x as usize);
         let (Some(start), Some(end)) = (get("start"), get("end")) else {
-            return Err(format!("segment {} needs integer `start` and `end`", i + 1));
+            return Err(format!("{what} {} needs integer `start` and `end`", i + 1));
         };
         if start != next || end < start || end > n {
             return Err(format!(
-                "segment {} is {start}–{end}; segments must be contiguous, in order, and cover 1–{n} (expected a start of {next})",
+                "{what} {} is {start}–{end}; {what}s must be contiguous, in order, and cover 1–{n} (expected a start of {next})",
                 i + 1
             ));
         }
@@ -297,7 +304,7 @@ fn parse_segments(v: &Value, n: usize) -> Result<Vec<usize>, String> {
         next = end + 1;
     }
     if next != n + 1 {
-        return Err(format!("the segments end at message {}, not {n}", next - 1));
+        return Err(format!("the {what}s end at {}, not {n}", next - 1));
     }
     Ok(lens)
 }

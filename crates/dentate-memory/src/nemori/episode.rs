@@ -135,24 +135,46 @@ pub(crate) fn speaker_names(segment: &[&Message]) -> Vec<String> {
     speakers(segment).iter().map(|s| s.to_lowercase()).collect()
 }
 
+/// In how many of `texts` each content word occurs.
+pub(crate) fn document_frequencies(texts: &[&str]) -> HashMap<String, usize> {
+    let mut df: HashMap<String, usize> = HashMap::new();
+    for t in texts {
+        for w in content_words(t) {
+            *df.entry(w).or_insert(0) += 1;
+        }
+    }
+    df
+}
+
+/// The `n` words that best say what `texts` are about: content words of at
+/// least three letters, not fillers and not in `names` (lower case), by
+/// the number of texts using them, ties to the word seen first.
+pub(crate) fn top_words(texts: &[&str], names: &[String], n: usize) -> Vec<String> {
+    let df = document_frequencies(texts);
+    let mut first_seen: HashMap<String, usize> = HashMap::new();
+    for t in texts {
+        let cw = content_words(t);
+        for w in words(t).filter(|w| cw.contains(w)) {
+            let k = first_seen.len();
+            first_seen.entry(w).or_insert(k);
+        }
+    }
+    let mut top: Vec<(&String, &usize)> = df
+        .iter()
+        .filter(|(w, _)| w.chars().count() >= 3 && !names.contains(w) && !FILLERS.contains(&w.as_str()))
+        .collect();
+    let seen = |w: &String| first_seen.get(w).copied().unwrap_or(usize::MAX);
+    top.sort_by(|a, b| b.1.cmp(a.1).then(seen(a.0).cmp(&seen(b.0))));
+    top.into_iter().take(n).map(|(w, _)| w.clone()).collect()
+}
+
 /// The extractive episode of a segment, its narrative at most `max_tokens`
 /// (o200k) long.
 pub fn extractive(segment: &[&Message], max_tokens: usize) -> Episode {
     let sents = sentences(segment);
     let names = speaker_names(segment);
-    // In how many messages of the segment each content word occurs.
-    let mut df: HashMap<String, usize> = HashMap::new();
-    let mut first_seen: HashMap<String, usize> = HashMap::new();
-    for m in segment {
-        let cw = content_words(&m.msg.text);
-        for w in words(&m.msg.text).filter(|w| cw.contains(w)) {
-            let n = first_seen.len();
-            first_seen.entry(w).or_insert(n);
-        }
-        for w in cw {
-            *df.entry(w).or_insert(0) += 1;
-        }
-    }
+    let texts: Vec<&str> = segment.iter().map(|m| m.msg.text.as_str()).collect();
+    let df = document_frequencies(&texts);
     let content: Vec<(usize, f64)> = sents
         .iter()
         .enumerate()
@@ -211,13 +233,7 @@ pub fn extractive(segment: &[&Message], max_tokens: usize) -> Episode {
         };
     }
     let speakers = speakers(segment);
-    let mut top: Vec<(&String, &usize)> = df
-        .iter()
-        .filter(|(w, _)| w.chars().count() >= 3 && !names.contains(w) && !FILLERS.contains(&w.as_str()))
-        .collect();
-    let seen = |w: &String| first_seen.get(w).copied().unwrap_or(usize::MAX);
-    top.sort_by(|a, b| b.1.cmp(a.1).then(seen(a.0).cmp(&seen(b.0))));
-    let topics: Vec<&str> = top.iter().take(4).map(|(w, _)| w.as_str()).collect();
+    let topics = top_words(&texts, &names, 4);
     let who = match speakers.as_slice() {
         [] => String::new(),
         [one] => (*one).to_string(),
@@ -268,11 +284,12 @@ pub fn with_llm(llm: &dyn Llm, segment: &[&Message]) -> Result<Episode, LlmError
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::store::NewMessage;
 
-    fn m(i: i64, speaker: &str, text: &str) -> Message {
+    /// Message `i` of session `s`, said `i` minutes after 8 May 2023 13:56.
+    pub(crate) fn m(i: i64, speaker: &str, text: &str) -> Message {
         Message {
             id: i,
             user: "u".into(),

@@ -96,3 +96,24 @@ pub fn summary_server(limit: usize) -> ScriptedServer {
     })
     .unwrap()
 }
+
+/// The stage a model request is for: the name paired with the first
+/// needle its system prompt contains, or `"unknown"`.
+pub fn stage_by(body: &serde_json::Value, needles: &[(&str, &'static str)]) -> &'static str {
+    let system = body["messages"][0]["content"].as_str().unwrap_or("");
+    needles
+        .iter()
+        .find(|(needle, _)| system.contains(needle))
+        .map_or("unknown", |(_, name)| name)
+}
+
+/// A server whose every answer is `answer(request body)`, as a chat
+/// completion.
+pub fn answering_server(limit: usize, answer: fn(&serde_json::Value) -> String) -> ScriptedServer {
+    ScriptedServer::start(limit, move |_, body| Reply::ok(chat_body(&answer(body)))).unwrap()
+}
+
+/// The stage of every request `server` has received, in order.
+pub fn stages_of(server: &ScriptedServer, stage: fn(&serde_json::Value) -> &'static str) -> Vec<&'static str> {
+    server.requests().iter().map(|r| stage(&r.body)).collect()
+}

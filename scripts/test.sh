@@ -30,16 +30,21 @@ cargo run --profile test -q -p dentate-cli -- model fetch minilm
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 
-# The browser build (wasm/): builds the package (installing the wasm32
-# target and wasm-bindgen-cli when missing), lints it for wasm32, runs its
-# tests under Node and in headless Chromium, checks that index files cross
-# between wasm and the native CLI both ways, and loads the demo page.
+# The browser build (wasm/): builds the packages (installing the wasm32
+# target and wasm-bindgen-cli when missing), lints them for wasm32, runs the
+# API tests under Node and in headless Chromium, the WebGPU tests in Chromium
+# with WebGPU on (SwiftShader), checks that index files cross between wasm
+# and the native CLI both ways, and loads the demo page (CPU and WebGPU).
 wasm/build
 cargo clippy -p dentate-wasm --target wasm32-unknown-unknown --release --all-targets -- -D warnings
+cargo clippy -p dentate-wasm --target wasm32-unknown-unknown --release --all-targets --features webgpu -- -D warnings
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
 cargo test -p dentate-wasm --target wasm32-unknown-unknown --release
 WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=$(command -v chromedriver) \
     WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/wasm/tests/webdriver.json" \
     cargo test -p dentate-wasm --target wasm32-unknown-unknown --release --test api
+WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=$(command -v chromedriver) \
+    WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/wasm/tests/webdriver-webgpu.json" \
+    cargo test -p dentate-wasm --target wasm32-unknown-unknown --release --features webgpu --test webgpu
 node wasm/tests/roundtrip.mjs target/debug/dentate
-node wasm/www/check.mjs --n 20000 --nq 100 --min-recall 0.9
+node wasm/www/check.mjs --n 20000 --nq 100 --min-recall 0.9 --webgpu 1

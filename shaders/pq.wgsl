@@ -105,19 +105,52 @@ fn code_byte(slot: u32, j: u32) -> u32 {
     return (codes[slot * W + j / 4u] >> (8u * (j % 4u))) & 0xffu;
 }
 
-fn insert(top: ptr<function, array<Cand, K>>, c: Cand) {
-    if !better(c, (*top)[K - 1u]) {
+// A slot of a per-thread list: score and global row (8 bytes; ids are
+// read only to break exact ties).
+struct Slot {
+    s: f32,
+    r: u32,
+}
+
+fn slot_better(s1: f32, r1: u32, b: Slot) -> bool {
+    if b.r == NONE {
+        return true;
+    }
+    if s1 != b.s {
+        return s1 > b.s;
+    }
+    let h1 = ids[2u * r1 + 1u];
+    let h2 = ids[2u * b.r + 1u];
+    if h1 != h2 {
+        return h1 < h2;
+    }
+    return ids[2u * r1] < ids[2u * b.r];
+}
+
+fn insert(top: ptr<function, array<Slot, K>>, s: f32, row: u32) {
+    if !slot_better(s, row, (*top)[K - 1u]) {
         return;
     }
     var i = K - 1u;
     loop {
-        if i == 0u || !better(c, (*top)[i - 1u]) {
+        if i == 0u || !slot_better(s, row, (*top)[i - 1u]) {
             break;
         }
         (*top)[i] = (*top)[i - 1u];
         i -= 1u;
     }
-    (*top)[i] = c;
+    (*top)[i] = Slot(s, row);
+}
+
+fn write_list(top: ptr<function, array<Slot, K>>, o: u32) {
+    for (var i = 0u; i < K; i += 1u) {
+        let t = (*top)[i];
+        if t.r == NONE {
+            out_top[o + i] = Cand(NEG, NONE, 0u, 0u);
+        } else {
+            out_top[o + i] = Cand(t.s, t.r, ids[2u * t.r], ids[2u * t.r + 1u]);
+        }
+    }
 }
 
 LUT_DECL
@@ -129,9 +162,9 @@ LUT_DECL
 @compute @workgroup_size(WG)
 fn adc(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let q = wg.x;
-    var top: array<Cand, K>;
+    var top: array<Slot, K>;
     for (var i = 0u; i < K; i += 1u) {
-        top[i] = Cand(NEG, NONE, 0u, 0u);
+        top[i] = Slot(NEG, NONE);
     }
     LUT_FILL
     workgroupBarrier();
@@ -145,20 +178,17 @@ fn adc(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3
                 for (var j = 0u; j < M; j += 1u) {
                     s += lut_read(q, j * 256u + code_byte(slot, j));
                 }
-                if top[K - 1u].row != NONE && s < top[K - 1u].s {
+                if top[K - 1u].r != NONE && s < top[K - 1u].s {
                     continue;
                 }
                 let row = slot_rows[slot];
                 if !is_alive(row) {
                     continue;
                 }
-                insert(&top, Cand(s, row, ids[2u * row], ids[2u * row + 1u]));
+                insert(&top, s, row);
             }
         }
-        let o = ((P.q0 + q) * WG + li) * K;
-        for (var i = 0u; i < K; i += 1u) {
-            out_top[o + i] = top[i];
-        }
+        write_list(&top, ((P.q0 + q) * WG + li) * K);
     }
 }
 
@@ -193,9 +223,9 @@ fn rerank(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
         return;
     }
     let qi = P.q0 + q;
-    var top: array<Cand, K>;
+    var top: array<Slot, K>;
     for (var i = 0u; i < K; i += 1u) {
-        top[i] = Cand(NEG, NONE, 0u, 0u);
+        top[i] = Slot(NEG, NONE);
     }
     for (var c = li; c < P.ncand; c += WG) {
         let row = cands[qi * P.ncand + c];
@@ -203,10 +233,7 @@ fn rerank(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
             continue;
         }
         let s = store_dot(qi, row - P.row0);
-        insert(&top, Cand(s, row, ids[2u * row], ids[2u * row + 1u]));
+        insert(&top, s, row);
     }
-    let o = (qi * P.lists + P.list0 + li) * K;
-    for (var i = 0u; i < K; i += 1u) {
-        out_top[o + i] = top[i];
-    }
+    write_list(&top, (qi * P.lists + P.list0 + li) * K);
 }

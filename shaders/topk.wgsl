@@ -124,11 +124,38 @@ fn is_alive(local: u32) -> bool {
     return ((alive[local / 32u] >> (local % 32u)) & 1u) == 1u;
 }
 
-fn make_cand(s: f32, local: u32) -> Cand {
+// Caller id (lo, hi) of a chunk-local row.
+fn id_of(local: u32) -> vec2<u32> {
     if (P.flags & 1u) != 0u {
-        return Cand(s, P.row0 + local, ids[2u * local], ids[2u * local + 1u]);
+        return vec2<u32>(ids[2u * local], ids[2u * local + 1u]);
     }
-    return Cand(s, P.row0 + local, P.row0 + local, 0u);
+    return vec2<u32>(P.row0 + local, 0u);
+}
+
+// A slot of a per-thread list: score and chunk-local row (8 bytes, so a
+// list of 256 stays within what software rasterizers give an invocation;
+// ids are read only to break exact ties).
+struct Slot {
+    s: f32,
+    r: u32,
+}
+
+fn slot_better(s1: f32, r1: u32, b: Slot) -> bool {
+    if b.r == NONE {
+        return r1 != NONE;
+    }
+    if r1 == NONE {
+        return false;
+    }
+    if s1 != b.s {
+        return s1 > b.s;
+    }
+    let x = id_of(r1);
+    let y = id_of(b.r);
+    if x.y != y.y {
+        return x.y < y.y;
+    }
+    return x.x < y.x;
 }
 
 // One workgroup scores TQ queries against one slice of the chunk's rows;
@@ -140,9 +167,9 @@ fn scan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
     let seg = li % TS;
     let q = wg.y * TQ + qs;
     let slice = wg.x;
-    var top: array<Cand, K>;
+    var top: array<Slot, K>;
     for (var i = 0u; i < K; i += 1u) {
-        top[i] = Cand(NEG, NONE, 0u, 0u);
+        top[i] = Slot(NEG, NONE);
     }
     if q >= P.nq {
         return;
@@ -167,31 +194,33 @@ fn scan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
             }
             // Most scores lose to the current K-th best: reject them before
             // touching ids or the alive bits.
-            if top[K - 1u].row != NONE && s < top[K - 1u].s {
+            if top[K - 1u].r != NONE && s < top[K - 1u].s {
                 continue;
             }
-            if !is_alive(local) {
-                continue;
-            }
-            let c = make_cand(s, local);
-            if !better(c, top[K - 1u]) {
+            if !is_alive(local) || !slot_better(s, local, top[K - 1u]) {
                 continue;
             }
             var i = K - 1u;
             loop {
-                if i == 0u || !better(c, top[i - 1u]) {
+                if i == 0u || !slot_better(s, local, top[i - 1u]) {
                     break;
                 }
                 top[i] = top[i - 1u];
                 i -= 1u;
             }
-            top[i] = c;
+            top[i] = Slot(s, local);
         }
     }
     let list = P.list0 + slice * TS + seg;
     let o = ((P.q0 + q) * P.lists + list) * K;
     for (var i = 0u; i < K; i += 1u) {
-        out_top[o + i] = top[i];
+        let t = top[i];
+        if t.r == NONE {
+            out_top[o + i] = Cand(NEG, NONE, 0u, 0u);
+        } else {
+            let id = id_of(t.r);
+            out_top[o + i] = Cand(t.s, P.row0 + t.r, id.x, id.y);
+        }
     }
 }
 
@@ -236,7 +265,8 @@ struct MergeParams {
 
 // Thread (group g, query q) merges lists g·G .. g·G+G of query q into
 // output list g. Input lists are sorted, so a list is left at its first
-// entry that cannot enter the current top-K.
+// entry that cannot enter the current top-K. The thread's list holds
+// positions in the input (8-byte slots, as in `scan`).
 @compute @workgroup_size(64)
 fn merge(@builtin(global_invocation_id) gid: vec3<u32>) {
     let g = gid.x;
@@ -244,31 +274,43 @@ fn merge(@builtin(global_invocation_id) gid: vec3<u32>) {
     if g >= MP.out_lists || gid.y >= MP.nq {
         return;
     }
-    var top: array<Cand, K>;
+    var top: array<u32, K>;
     for (var i = 0u; i < K; i += 1u) {
-        top[i] = Cand(NEG, NONE, 0u, 0u);
+        top[i] = NONE;
     }
     let l_end = min((g + 1u) * G, MP.in_lists);
     for (var l = g * G; l < l_end; l += 1u) {
         let b = (q * MP.in_lists + l) * K;
         for (var e = 0u; e < K; e += 1u) {
             let c = min_[b + e];
-            if !better(c, top[K - 1u]) {
+            if !merge_better(c, top[K - 1u]) {
                 break;
             }
             var i = K - 1u;
             loop {
-                if i == 0u || !better(c, top[i - 1u]) {
+                if i == 0u || !merge_better(c, top[i - 1u]) {
                     break;
                 }
                 top[i] = top[i - 1u];
                 i -= 1u;
             }
-            top[i] = c;
+            top[i] = b + e;
         }
     }
     let o = (q * MP.out_lists + g) * K;
     for (var i = 0u; i < K; i += 1u) {
-        mout[o + i] = top[i];
+        if top[i] == NONE {
+            mout[o + i] = Cand(NEG, NONE, 0u, 0u);
+        } else {
+            mout[o + i] = min_[top[i]];
+        }
     }
+}
+
+// `c` before the input entry at position `at` (NONE: an empty slot).
+fn merge_better(c: Cand, at: u32) -> bool {
+    if at == NONE {
+        return c.row != NONE;
+    }
+    return better(c, min_[at]);
 }

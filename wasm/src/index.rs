@@ -273,3 +273,51 @@ impl VectorIndex {
         self.inner.as_index()
     }
 }
+
+#[cfg(feature = "webgpu")]
+#[wasm_bindgen]
+impl VectorIndex {
+    /// `search` on WebGPU: the same validation and the same results (ids;
+    /// scores within float rounding), computed by the compute shaders. The
+    /// index data is uploaded to the device on the first call and only
+    /// appended rows afterwards. Exact indexes run on the device; IVF-PQ
+    /// runs its coarse search on the CPU and its scan and re-ranking on the
+    /// device.
+    #[wasm_bindgen(js_name = searchGpu)]
+    pub async fn search_gpu(
+        &self,
+        gpu: &crate::gpu::WebGpu,
+        queries: Vec<f32>,
+        k: usize,
+    ) -> Result<SearchResults, JsValue> {
+        let (nprobe, rerank) = match &self.inner {
+            AnyIndex::IvfPq(i) => (i.config().nprobe, i.config().rerank),
+            AnyIndex::Flat(_) => (0, 0),
+        };
+        self.search_with_gpu(gpu, queries, k, nprobe, rerank).await
+    }
+
+    /// `searchWith` on WebGPU (explicit `nprobe` and re-rank factor for
+    /// IVF-PQ; ignored by an exact index).
+    #[wasm_bindgen(js_name = searchWithGpu)]
+    pub async fn search_with_gpu(
+        &self,
+        gpu: &crate::gpu::WebGpu,
+        queries: Vec<f32>,
+        k: usize,
+        nprobe: usize,
+        rerank: usize,
+    ) -> Result<SearchResults, JsValue> {
+        let hits = match &self.inner {
+            AnyIndex::Flat(i) => {
+                let q = dentate_core::index::check_search(i.len(), &queries, i.dim(), k).map_err(err)?;
+                let cands = gpu.inner.top_k_async(&q, i.base(), k).await;
+                dentate_core::IvfPlan::finish(cands, k)
+            }
+            AnyIndex::IvfPq(i) => crate::gpu::ivf_search(gpu, i, &queries, k, nprobe, rerank)
+                .await
+                .map_err(err)?,
+        };
+        Ok(SearchResults::from_hits(&hits, k))
+    }
+}

@@ -9,6 +9,8 @@
 //! - [`LexicalIndex`] and [`hybrid_search`]: BM25 beside the vectors, fused
 //!   with the dense ranking.
 //! - [`HashingEmbedder`]: the zero-download text embedder.
+//! - [`WebGpu`] (feature `webgpu`): the compute shaders on `navigator.gpu`;
+//!   `VectorIndex.searchGpu` runs exact and IVF-PQ searches there.
 //! - [`AgentMemory`] (feature `memory`): HEMA, Nemori or the RAG baseline
 //!   over an in-memory SQLite store, snapshotted to a `Uint8Array` (for
 //!   IndexedDB) and restored from one.
@@ -24,12 +26,16 @@
 
 mod convert;
 mod embed;
+#[cfg(feature = "webgpu")]
+mod gpu;
 mod index;
 mod lexical;
 #[cfg(feature = "memory")]
 mod memory;
 
 pub use embed::HashingEmbedder;
+#[cfg(feature = "webgpu")]
+pub use gpu::WebGpu;
 pub use index::{SearchResults, VectorIndex};
 pub use lexical::{LexicalIndex, hybrid_search};
 #[cfg(feature = "memory")]

@@ -5,10 +5,12 @@
 //
 //   node wasm/www/check.mjs [--n 50000] [--dim 384] [--nq 200] [--min-recall 0.9]
 //                           [--chromium /usr/bin/chromium] [--chromedriver /usr/bin/chromedriver]
-//                           [--timeout 600]
+//                           [--timeout 600] [--webgpu 1]
 //
 // Needs wasm/pkg (wasm/build). Exits non-zero when the page failed, did not
-// reach the recall, or did not render results.
+// reach the recall, or did not render results. With --webgpu 1, Chromium
+// gets --enable-unsafe-webgpu (SwiftShader when there is no GPU) and the
+// WebGPU searches must run, reach the same recall and fall back never.
 import { spawn } from "node:child_process";
 import { createServer } from "node:http";
 import { readFile } from "node:fs/promises";
@@ -25,6 +27,7 @@ const dim = +(args.dim ?? 384);
 const nq = +(args.nq ?? 200);
 const minRecall = +(args["min-recall"] ?? 0.9);
 const timeoutS = +(args.timeout ?? 600);
+const webgpu = args.webgpu === "1";
 const chromium = args.chromium ?? "/usr/bin/chromium";
 const chromedriver = args.chromedriver ?? "/usr/bin/chromedriver";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -77,7 +80,8 @@ try {
   const s = await call("POST", "/session", {
     capabilities: { alwaysMatch: { browserName: "chrome", "goog:chromeOptions": {
       binary: chromium,
-      args: ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+      args: ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+             ...(webgpu ? ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-angle=swiftshader"] : ["--disable-gpu"]),
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--no-first-run", `--user-data-dir=${mkdtempSync(join(tmpdir(), "dentate-chrome-"))}`],
     } } },
@@ -104,6 +108,14 @@ try {
   if (rendered[1] < 1) problems.push("no memory hits were rendered");
   if (!out.memory?.[0]?.text?.includes("Porto")) problems.push("the memory did not find where Clara is moving");
   if (JSON.stringify(out.memory_restored_top) !== JSON.stringify(out.memory?.[0]?.sources)) problems.push("the restored snapshot answered differently");
+  if (webgpu) {
+    const g = out.search?.webgpu;
+    if (!g?.rows?.length) problems.push(`no WebGPU searches ran: ${g?.unavailable ?? "?"}`);
+    else {
+      if (g.fallbacks !== 0) problems.push(`${g.fallbacks} WebGPU calls fell back to the CPU`);
+      for (const r of g.rows) if (r.recall_at_10 < minRecall) problems.push(`${r.index}: recall@10 ${r.recall_at_10}`);
+    }
+  }
   if (problems.length) console.error("FAILED: " + problems.join("; "));
   else code = 0;
 } catch (e) {

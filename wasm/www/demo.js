@@ -4,11 +4,23 @@
 //
 // Query parameters: ?auto=1 runs everything at load and writes the results
 // as JSON into <pre id="results"> (what wasm/www/check.mjs reads);
-// n, dim, nq override the form's values.
-import init, * as dentate from "../pkg/dentate_wasm.js";
+// n, dim, nq override the form's values; pkg=cpu loads the lean CPU-only
+// package instead of the one with WebGPU.
+//
+// The page loads ../pkg-webgpu (built by wasm/build) and falls back to
+// ../pkg; when navigator.gpu gives an adapter, the same searches also run
+// on WebGPU (VectorIndex.searchGpu) and are timed beside the CPU's.
+const params = new URLSearchParams(location.search);
+const pkgs = params.get("pkg") === "cpu" ? ["../pkg/dentate_wasm.js"]
+  : ["../pkg-webgpu/dentate_wasm.js", "../pkg/dentate_wasm.js"];
+let dentate;
+let pkgUsed;
+for (const p of pkgs) {
+  try { dentate = await import(p); pkgUsed = p; break; } catch (e) { if (p === pkgs[pkgs.length - 1]) throw e; }
+}
+const init = dentate.default;
 
 const $ = (id) => document.getElementById(id);
-const params = new URLSearchParams(location.search);
 const log = (msg) => {
   const line = document.createElement("div");
   line.textContent = msg;
@@ -33,17 +45,18 @@ function recallOf(rows, truth, k) {
 }
 
 // Runs every query alone (as an agent does), timing each; returns
-// {rows, p50, p95} with latencies in milliseconds.
-function timeQueries(search, queries, dim, k) {
+// {rows, p50, p95} with latencies in milliseconds. `search` may return a
+// promise (the WebGPU path); it is awaited inside the timing.
+async function timeQueries(search, queries, dim, k) {
   const nq = queries.length / dim;
-  // Warm up caches and the JIT on a few queries first.
-  for (let q = 0; q < Math.min(nq, 10); q++) search(queries.subarray(q * dim, (q + 1) * dim), k);
+  // Warm up caches, the JIT and (WebGPU) the device copies first.
+  for (let q = 0; q < Math.min(nq, 10); q++) await search(queries.subarray(q * dim, (q + 1) * dim), k);
   const lat = [];
   const rows = [];
   for (let q = 0; q < nq; q++) {
     const v = queries.subarray(q * dim, (q + 1) * dim);
     const t0 = performance.now();
-    const r = search(v, k);
+    const r = await search(v, k);
     lat.push(performance.now() - t0);
     rows.push(Array.from(r.idNumbers.slice(0, r.counts[0])));
   }
@@ -87,7 +100,7 @@ async function benchmark(n, dim, nq) {
   const exactBuild = performance.now() - t0;
   log(`exact index built in ${(exactBuild / 1000).toFixed(2)} s; searching…`);
   await tick();
-  const ex = timeQueries((v, kk) => exact.search(v, kk), queries, dim, k);
+  const ex = await timeQueries((v, kk) => exact.search(v, kk), queries, dim, k);
   const truth = ex.rows;
   rows.push({ index: "exact", build_ms: exactBuild, p50_ms: ex.p50, p95_ms: ex.p95, recall_at_10: 1,
               bytes_per_vector: exact.memoryBytes / n });
@@ -109,12 +122,13 @@ async function benchmark(n, dim, nq) {
   log(`IVF-PQ built in ${(ivfBuild / 1000).toFixed(2)} s; sweeping nprobe…`);
   await tick();
   let chosen = null;
-  // Re-rank the best k × 16 PQ candidates exactly (f16 vectors): PQ codes
+  // Re-rank the best k × 12 PQ candidates exactly (f16 vectors): PQ codes
   // of 48 bytes blur near neighbours that differ in the last decimals.
-  const rerank = 16;
+  // (120 candidates also stay within the WebGPU kernels' 128-slot lists.)
+  const rerank = 12;
   for (const nprobe of [4, 8, 16, 32, 64]) {
     if (nprobe > nlist) break;
-    const r = timeQueries((v, kk) => ivf.searchWith(v, kk, nprobe, rerank), queries, dim, k);
+    const r = await timeQueries((v, kk) => ivf.searchWith(v, kk, nprobe, rerank), queries, dim, k);
     const row = { index: `ivfpq nprobe=${nprobe} rerank=${rerank}`, build_ms: ivfBuild, p50_ms: r.p50, p95_ms: r.p95,
                   recall_at_10: recallOf(r.rows, truth, k), bytes_per_vector: ivf.memoryBytes / n, nprobe, rerank };
     rows.push(row);
@@ -125,7 +139,37 @@ async function benchmark(n, dim, nq) {
   }
   log(chosen ? `recall@10 ≥ 0.9 at nprobe=${chosen.nprobe}: p50 ${chosen.p50_ms.toFixed(3)} ms`
              : "no nprobe reached recall@10 0.9");
-  return { n, dim, queries: nq, rows, at_recall_0_9: chosen };
+  const webgpu = await onWebGpu(exact, ivf, chosen, queries, dim, k, truth, n, exactBuild, ivfBuild);
+  return { n, dim, queries: nq, rows, at_recall_0_9: chosen, webgpu };
+}
+
+// The same searches on WebGPU, when the package has it and navigator.gpu
+// gives an adapter: {adapter, rows} or {unavailable: why}.
+async function onWebGpu(exact, ivf, chosen, queries, dim, k, truth, n, exactBuild, ivfBuild) {
+  if (!dentate.WebGpu) return { unavailable: `the package ${pkgUsed} has no WebGPU path` };
+  if (!navigator.gpu) return { unavailable: "navigator.gpu is absent" };
+  let gpu;
+  try {
+    gpu = await dentate.WebGpu.open();
+  } catch (e) {
+    return { unavailable: e.message };
+  }
+  log(`WebGPU adapter: ${gpu.adapter}; searching on it…`);
+  const rows = [];
+  const ex = await timeQueries((v, kk) => exact.searchGpu(gpu, v, kk), queries, dim, k);
+  rows.push({ index: `exact (webgpu)`, build_ms: exactBuild, p50_ms: ex.p50, p95_ms: ex.p95,
+              recall_at_10: recallOf(ex.rows, truth, k), bytes_per_vector: exact.memoryBytes / n });
+  addRow(rows[rows.length - 1]);
+  await tick();
+  if (chosen) {
+    const { nprobe, rerank } = chosen;
+    const r = await timeQueries((v, kk) => ivf.searchWithGpu(gpu, v, kk, nprobe, rerank), queries, dim, k);
+    rows.push({ index: `ivfpq nprobe=${nprobe} rerank=${rerank} (webgpu)`, build_ms: ivfBuild, p50_ms: r.p50,
+                p95_ms: r.p95, recall_at_10: recallOf(r.rows, truth, k), bytes_per_vector: ivf.memoryBytes / n,
+                nprobe, rerank });
+    addRow(rows[rows.length - 1]);
+  }
+  return { adapter: gpu.adapter, name: gpu.name, fallbacks: gpu.fallbacks, rows };
 }
 
 const intro = [
@@ -170,7 +214,7 @@ function showHits(question) {
 
 async function main() {
   await init();
-  $("backend").textContent = dentate.backend();
+  $("backend").textContent = `${dentate.backend()}${dentate.WebGpu ? " · WebGPU when the browser offers it" : ""}`;
   memory = new dentate.AgentMemory({ pipeline: "hema", retriever: "hybrid" });
   for (const [s, t] of intro) addMessage(s, t);
 
@@ -198,7 +242,8 @@ async function main() {
 
   if (params.get("auto") === "1") {
     for (const key of ["n", "dim", "nq"]) if (params.has(key)) $(key).value = params.get(key);
-    const out = { backend: dentate.backend(), simd: dentate.simd(), crossOriginIsolated: self.crossOriginIsolated };
+    const out = { backend: dentate.backend(), simd: dentate.simd(), package: pkgUsed,
+                  crossOriginIsolated: self.crossOriginIsolated };
     try {
       out.search = await benchmark(+$("n").value, +$("dim").value, +$("nq").value);
       $("question").value = "Where is Clara moving to?";

@@ -105,8 +105,11 @@ impl AnyIndex {
     }
 }
 
-/// Shared argument checks of `search`.
-pub(crate) fn check_search(live: usize, queries: &[f32], dim: usize, k: usize) -> Result<Vec<f32>> {
+/// The argument checks every `search` makes first — `k ≥ 1`, whole
+/// `dim`-sized rows, finite non-zero values, a non-empty index (`live`
+/// rows) — returning the L2-normalised queries. Public for callers that
+/// drive a backend themselves (the browser's asynchronous WebGPU path).
+pub fn check_search(live: usize, queries: &[f32], dim: usize, k: usize) -> Result<Vec<f32>> {
     let q = crate::vector::check_queries(queries, dim, k)?;
     if live == 0 {
         return Err(Error::EmptyIndex);

@@ -17,7 +17,7 @@ use crate::opq::{OpqConfig, OpqRotation};
 use crate::pq::{KSUB, PqTrainConfig, ProductQuantizer};
 use crate::rows::RowTable;
 use crate::simd::{Floats, Panels, RowMajor};
-use crate::topk::Hit;
+use crate::topk::{Cand, Hit};
 use crate::vector::{Bitset, Precision, batch_len, check_add, normalized};
 use std::path::Path;
 use std::sync::Arc;
@@ -83,6 +83,54 @@ pub struct IvfSearchParams {
     pub nprobe: usize,
     /// Re-rank factor (0 = off).
     pub rerank: usize,
+}
+
+/// A search after its first stage ([`IvfPqIndex::plan`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IvfPlan {
+    /// The L2-normalised queries (re-ranking scores against them).
+    pub queries: Vec<f32>,
+    /// The queries in the quantizers' space (rotated when OPQ is on).
+    pub rotated: Vec<f32>,
+    /// Each query's probed lists with their coarse scores.
+    pub probes: Vec<Vec<Probe>>,
+    /// Candidates the scan keeps per query (`k × rerank`, or `k`).
+    pub shortlist: usize,
+    /// Results per query.
+    pub k: usize,
+    /// Whether the shortlist is re-ranked exactly.
+    pub rerank: bool,
+}
+
+impl IvfPlan {
+    /// The rows of each query's scan candidates (the input of re-ranking).
+    pub fn rows(cands: &[Vec<Cand>]) -> Vec<Vec<u32>> {
+        cands.iter().map(|v| v.iter().map(|c| c.row).collect()).collect()
+    }
+
+    /// The final hits: the best `k` candidates of each query.
+    pub fn finish(cands: Vec<Vec<Cand>>, k: usize) -> Vec<Vec<Hit>> {
+        cands
+            .into_iter()
+            .map(|v| v.iter().take(k).map(|c| c.hit()).collect())
+            .collect()
+    }
+}
+
+/// What the scan ([`Compute::adc_top_k`]) and the re-ranking
+/// ([`Compute::rerank`]) of an IVF-PQ search read.
+#[derive(Debug, Clone, Copy)]
+pub struct IvfParts<'a> {
+    /// The product quantizer (its codebooks make the lookup tables).
+    pub pq: &'a ProductQuantizer,
+    /// The inverted lists.
+    pub lists: InvertedRef<'a>,
+    /// Caller id of every row.
+    pub ids: &'a [u64],
+    /// Live rows.
+    pub alive: &'a Bitset,
+    /// The re-rank store, when the index keeps one.
+    pub store: Option<StoreRef<'a>>,
 }
 
 #[derive(Debug, Clone)]
@@ -240,6 +288,41 @@ impl IvfPqIndex {
 
     /// Searches with explicit settings.
     pub fn search_with(&self, queries: &[f32], k: usize, params: IvfSearchParams) -> Result<Vec<Vec<Hit>>> {
+        let c = self.compute.as_ref();
+        let t0 = web_time::Instant::now();
+        let plan = self.plan(queries, k, params)?;
+        let t_plan = t0.elapsed();
+        let parts = self.parts()?;
+        let cands = c.adc_top_k(
+            &plan.rotated,
+            parts.pq,
+            parts.lists,
+            &plan.probes,
+            parts.ids,
+            parts.alive,
+            plan.shortlist,
+        );
+        let t_scan = t0.elapsed();
+        let out = match (parts.store, plan.rerank) {
+            (Some(store), true) => c.rerank(&plan.queries, store, parts.ids, &IvfPlan::rows(&cands), k),
+            _ => cands,
+        };
+        log::debug!(
+            "search: rotate + coarse {:?}, tables + scan {:?}, rerank {:?}",
+            t_plan,
+            t_scan - t_plan,
+            t0.elapsed() - t_scan
+        );
+        Ok(IvfPlan::finish(out, k))
+    }
+
+    /// The first stage of a search: validation, normalisation, the OPQ
+    /// rotation and the coarse search (on this index's backend), giving
+    /// what the scan needs. With [`IvfPqIndex::parts`], [`IvfPlan::rows`]
+    /// and [`IvfPlan::finish`] it lets a caller run the scan and the
+    /// re-ranking on a backend of its own — the browser's asynchronous
+    /// WebGPU path — with the same result as [`IvfPqIndex::search_with`].
+    pub fn plan(&self, queries: &[f32], k: usize, params: IvfSearchParams) -> Result<IvfPlan> {
         let t = self.trained()?;
         let q = check_search(self.len(), queries, self.dim, k)?;
         if params.nprobe == 0 {
@@ -252,23 +335,20 @@ impl IvfPqIndex {
             ));
         }
         let c = self.compute.as_ref();
-        let t0 = web_time::Instant::now();
-        let qr = match &t.opq {
+        let rotated = match &t.opq {
             Some(r) => r.apply(&q, c),
             None => q.clone(),
         };
-        let t_rot = t0.elapsed();
         let nprobe = params.nprobe.min(self.cfg.nlist);
         let coarse = c.top_k(
-            &qr,
+            &rotated,
             BaseRef {
                 uid: t.coarse_uid,
                 ..BaseRef::plain(&t.coarse)
             },
             nprobe,
         );
-        let t_coarse = t0.elapsed();
-        let probes: Vec<Vec<Probe>> = coarse
+        let probes = coarse
             .iter()
             .map(|lists| {
                 lists
@@ -280,44 +360,31 @@ impl IvfPqIndex {
                     .collect()
             })
             .collect();
-        let shortlist = if params.rerank > 0 {
-            k.saturating_mul(params.rerank)
-        } else {
-            k
-        };
-        let cands = c.adc_top_k(
-            &qr,
-            &t.pq,
-            self.inverted(),
-            &probes,
-            &self.rows.ids,
-            &self.rows.alive,
-            shortlist,
-        );
-        let t_scan = t0.elapsed();
-        let out = match (&self.raw, params.rerank) {
-            (Some(raw), r) if r > 0 => {
-                let rows: Vec<Vec<u32>> = cands.iter().map(|v| v.iter().map(|c| c.row).collect()).collect();
-                let store = StoreRef {
-                    rows: raw,
-                    uid: self.rows.uid,
-                    epoch: self.rows.epoch,
-                };
-                c.rerank(&q, store, &self.rows.ids, &rows, k)
-            }
-            _ => cands,
-        };
-        log::debug!(
-            "search: rotate {:?}, coarse {:?}, tables + scan {:?}, rerank {:?}",
-            t_rot,
-            t_coarse - t_rot,
-            t_scan - t_coarse,
-            t0.elapsed() - t_scan
-        );
-        Ok(out
-            .into_iter()
-            .map(|v| v.iter().take(k).map(|c| c.hit()).collect())
-            .collect())
+        let rerank = params.rerank > 0;
+        Ok(IvfPlan {
+            queries: q,
+            rotated,
+            probes,
+            shortlist: if rerank { k.saturating_mul(params.rerank) } else { k },
+            k,
+            rerank,
+        })
+    }
+
+    /// What the scan and the re-ranking of a search read.
+    pub fn parts(&self) -> Result<IvfParts<'_>> {
+        let t = self.trained()?;
+        Ok(IvfParts {
+            pq: &t.pq,
+            lists: self.inverted(),
+            ids: &self.rows.ids,
+            alive: &self.rows.alive,
+            store: self.raw.as_ref().map(|raw| StoreRef {
+                rows: raw,
+                uid: self.rows.uid,
+                epoch: self.rows.epoch,
+            }),
+        })
     }
 
     /// Serialises to a file image.

@@ -44,7 +44,7 @@ pub use flat::FlatIndex;
 pub use hybrid::{DEFAULT_FUSION, Fusion, candidate_depth, fuse, hybrid_search};
 pub use index::{AnyIndex, Index};
 pub use io::IndexKind;
-pub use ivfpq::{IvfPqConfig, IvfPqIndex, IvfSearchParams};
+pub use ivfpq::{IvfParts, IvfPlan, IvfPqConfig, IvfPqIndex, IvfSearchParams};
 pub use kmeans::{ChooseK, Init, KMeans, KMeansConfig, choose_k, silhouette};
 pub use lexical::{Bm25Params, LexicalIndex};
 pub use opq::{OpqConfig, OpqRotation};

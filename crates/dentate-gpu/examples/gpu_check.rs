@@ -31,7 +31,7 @@ fn main() {
         println!("{what}: {diff} differ, fallbacks so far {}", g.fallbacks());
         bad += diff;
     };
-    for (nq, k) in [(1, 1), (5, 16), (5, 128), (100, 64)] {
+    for (nq, k) in [(1, 1), (5, 16), (5, 128), (100, 128), (100, 64)] {
         let q = &data[..nq * dim];
         let a = g.top_k(q, BaseRef::plain(&panels), k);
         let b = cpu.top_k(q, BaseRef::plain(&panels), k);

@@ -48,7 +48,12 @@ impl AdapterReport {
         let info = adapter.get_info();
         let limits = adapter.limits();
         AdapterReport {
-            name: info.name.clone(),
+            // Browsers may withhold the adapter's name.
+            name: if info.name.is_empty() {
+                "unnamed adapter".into()
+            } else {
+                info.name.clone()
+            },
             backend: format!("{:?}", info.backend),
             device_type: format!("{:?}", info.device_type),
             driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),

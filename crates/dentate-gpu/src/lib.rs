@@ -62,8 +62,10 @@ use dentate_core::topk::Cand;
 use dentate_core::vector::Bitset;
 use dentate_core::{BaseRef, Compute, CpuCompute, InvertedRef, Metric, Probe, StoreRef};
 use resident::{Lru, ResidentBase, ResidentIds, ResidentLists, ResidentStore};
+#[cfg(not(target_arch = "wasm32"))]
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// Every adapter wgpu finds on this machine, best first.
 #[cfg(not(target_arch = "wasm32"))]

@@ -433,6 +433,10 @@ pub fn judge(llm: &dyn Llm, question: &str, gold: &str, generated: &str) -> Resu
     )?)
 }
 
+/// Item kinds that cite sources they do not quote (HEMA's summaries,
+/// PREMem's reasoning fragments): no evidence turn is credited to them.
+const DERIVED_KINDS: [&str; 2] = ["summary", crate::premem::REASONING];
+
 /// One question's retrieval, packed at every cut.
 fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: &[Cut]) -> Result<QuestionResult> {
     let kmax = cuts
@@ -473,11 +477,12 @@ fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: 
             }
             .unwrap_or_else(|| packer.pack(&hits, cut));
             let used = &hits[..packed.items];
-            // A summary cites its whole block of messages without quoting
-            // them: it covers no evidence turn.
+            // A summary cites its whole block of messages, and a PREMem
+            // reasoning fragment every fragment of a linked pair, without
+            // quoting them: they cover no evidence turn.
             let mut ids: Vec<String> = used
                 .iter()
-                .filter(|h| h.item.kind != "summary")
+                .filter(|h| !DERIVED_KINDS.contains(&h.item.kind.as_str()))
                 .flat_map(|h| h.source_refs.iter().cloned())
                 .collect();
             ids.sort();

@@ -9,13 +9,14 @@
 //! - [`Llm`] and [`OpenAiChat`]: any OpenAI-compatible chat endpoint, with
 //!   timeouts, retries, strict JSON parsing and one repair request
 //!   ([`ask_json`]); calls, tokens and latency are counted.
-//! - [`Pipeline`]s: the turn-level [`Rag`] baseline, [`Hema`] and
-//!   [`Nemori`].
+//! - [`Pipeline`]s: the turn-level [`Rag`] baseline, [`Hema`],
+//!   [`Nemori`] and [`Premem`]; [`dates`] resolves relative dates.
 //! - [`Memory`]: a directory, a pipeline, many users.
 //! - [`locomo`]: the LoCoMo dataset and the LLM-free evidence-recall
 //!   evaluation.
 #![warn(missing_docs)]
 
+pub mod dates;
 mod error;
 pub mod eval;
 pub mod hema;
@@ -26,6 +27,7 @@ mod memory;
 pub mod metrics;
 pub mod nemori;
 pub mod pipeline;
+pub mod premem;
 pub mod rag;
 pub mod store;
 pub mod summarize;
@@ -42,6 +44,7 @@ pub use memory::{Memory, PipelineKind};
 pub use metrics::Cut;
 pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{Composed, DEFAULT_FUSION, Env, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever};
+pub use premem::{Premem, PrememConfig};
 pub use rag::Rag;
 pub use store::{Item, ItemRef, Message, NewItem, NewMessage, Store};
 pub use vecmem::{VectorMemory, VectorMemoryConfig};

@@ -5,6 +5,7 @@ use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
 use crate::nemori::{Nemori, NemoriConfig};
 use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever};
+use crate::premem::{Premem, PrememConfig};
 use crate::rag::Rag;
 use crate::store::{NewMessage, Store, check_user};
 use crate::vecmem::VectorMemoryConfig;
@@ -22,6 +23,8 @@ pub enum PipelineKind {
     Hema(HemaConfig),
     /// Nemori.
     Nemori(NemoriConfig),
+    /// PREMem.
+    Premem(PrememConfig),
 }
 
 impl PipelineKind {
@@ -31,19 +34,33 @@ impl PipelineKind {
             PipelineKind::Rag(_) => "rag",
             PipelineKind::Hema(_) => "hema",
             PipelineKind::Nemori(_) => "nemori",
+            PipelineKind::Premem(_) => "premem",
         }
     }
 
-    /// Parses `rag`, `hema` or `nemori` (default settings).
+    /// Parses `rag`, `hema`, `nemori` or `premem` (default settings).
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "rag" => Ok(PipelineKind::Rag(VectorMemoryConfig::default())),
             "hema" => Ok(PipelineKind::Hema(HemaConfig::default())),
             "nemori" => Ok(PipelineKind::Nemori(NemoriConfig::default())),
+            "premem" => Ok(PipelineKind::Premem(PrememConfig::default())),
             other => Err(MemoryError::Invalid(format!(
-                "unknown pipeline `{other}` (expected rag, hema or nemori)"
+                "unknown pipeline `{other}` (expected rag, hema, nemori or premem)"
             ))),
         }
+    }
+
+    /// Turns the relative-date annotation of HEMA's and Nemori's items
+    /// ([`crate::dates::annotate`]) on or off; RAG keeps its turns as said
+    /// and PREMem always resolves dates into its fragments' times.
+    pub fn resolve_dates(mut self, on: bool) -> Self {
+        match &mut self {
+            PipelineKind::Hema(c) => c.resolve_dates = on,
+            PipelineKind::Nemori(c) => c.resolve_dates = on,
+            PipelineKind::Rag(_) | PipelineKind::Premem(_) => {}
+        }
+        self
     }
 
     fn build(&self) -> Box<dyn Pipeline> {
@@ -51,6 +68,7 @@ impl PipelineKind {
             PipelineKind::Rag(c) => Box::new(Rag::new(c.clone())),
             PipelineKind::Hema(c) => Box::new(Hema::new(c.clone())),
             PipelineKind::Nemori(c) => Box::new(Nemori::new(c.clone())),
+            PipelineKind::Premem(c) => Box::new(Premem::new(c.clone())),
         }
     }
 }

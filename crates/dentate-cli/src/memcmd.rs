@@ -57,7 +57,7 @@ pub struct MemoryArgs {
     /// HEMA and Nemori: append the resolution of relative dates
     /// ("yesterday = 7 May 2023") to their items (PREMem always resolves
     /// them).
-    #[arg(long)]
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     pub resolve_dates: bool,
     /// Retriever: hybrid (dense + BM25, fused), dense, bm25, rrf[:C] or weighted:W.
     #[arg(long, default_value = "hybrid")]
@@ -223,6 +223,8 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
             let r = r.and_then(|mut r| {
                 if !keep_open {
                     let f = mem.flush(&m.user)?;
+                    // PREMem processes its last session only now.
+                    r.messages += f.messages;
                     if f.items > 0 {
                         r.items += f.items;
                         r.live = f.live;
@@ -301,8 +303,8 @@ pub struct LocomoArgs {
     #[arg(long, default_value = "rag")]
     pub pipeline: String,
     /// HEMA and Nemori: append the resolution of relative dates to their
-    /// items.
-    #[arg(long)]
+    /// items (`false` reproduces the numbers measured before it existed).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     pub resolve_dates: bool,
     /// Cut the ranked items at these numbers of items, comma-separated
     /// (default 5,10,20 when no --budget is given).

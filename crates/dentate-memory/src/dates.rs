@@ -32,6 +32,7 @@
 //!   one without a year takes the year that puts it in the past (or, in a
 //!   future sentence, the future) of the reference day, and is marked
 //!   relative.
+//! - Weekday abbreviations (`Fri`, `Thurs`) count only when capitalised.
 //! - Numbers are digits or the words `a`/`an`/`one` … `twelve`, `fifteen`,
 //!   `twenty`, `thirty` and `a couple of`. Vague phrases ("the other day",
 //!   "recently", "a few weeks ago") are not resolved.
@@ -39,7 +40,9 @@
 //! The tense of a sentence ([`tense`]) is a word test: future when it
 //! holds `will`, `'ll`, `gonna`, `going to`, `plan(s/ning) to`, `hope to`,
 //! `next`, `tomorrow`, `soon`, `upcoming`, `can't wait` or `looking
-//! forward`; past otherwise (conversations mostly recount).
+//! forward`; past otherwise (conversations mostly recount). For the
+//! ambiguous date forms a present progressive ("is moving … in June")
+//! also reads as future.
 
 use crate::time::{MONTH_NAMES, civil_from_secs, days_from_civil, days_in_month, human_date};
 use unicode_segmentation::UnicodeSegmentation;
@@ -181,6 +184,43 @@ fn tense_of(toks: &[Tok]) -> Tense {
     Tense::Past
 }
 
+/// Adjectives in -ing that follow "is" without making a progressive.
+const ING_ADJECTIVES: &[&str] = &[
+    "amazing",
+    "interesting",
+    "exciting",
+    "boring",
+    "relaxing",
+    "inspiring",
+    "loving",
+    "caring",
+    "charming",
+    "stunning",
+    "fascinating",
+    "surprising",
+    "annoying",
+    "challenging",
+    "rewarding",
+    "refreshing",
+    "touching",
+    "thing",
+    "something",
+    "nothing",
+    "everything",
+    "anything",
+];
+
+/// Whether a sentence holds a present progressive (`am|is|are|'m|'re` +
+/// a verb in -ing).
+fn progressive(toks: &[Tok]) -> bool {
+    toks.windows(2).any(|w| {
+        matches!(w[0].lower.as_str(), "am" | "is" | "are" | "m" | "re")
+            && w[1].lower.len() >= 5
+            && w[1].lower.ends_with("ing")
+            && !ING_ADJECTIVES.contains(&w[1].lower.as_str())
+    })
+}
+
 /// A count written as digits or a word; returns the value and the tokens
 /// it took.
 fn number(toks: &[Tok], i: usize) -> Option<(i64, usize)> {
@@ -234,7 +274,9 @@ fn weekday(day: i64) -> i64 {
     (day + 3).rem_euclid(7)
 }
 
-fn weekday_index(w: &str) -> Option<i64> {
+/// Monday = 0 … Sunday = 6 of a weekday name; its abbreviation (`Fri`,
+/// `Thurs`) counts only when capitalised (`capital`), "sun" being a word.
+fn weekday_index(w: &str, capital: bool) -> Option<i64> {
     let names = [
         "monday",
         "tuesday",
@@ -244,7 +286,26 @@ fn weekday_index(w: &str) -> Option<i64> {
         "saturday",
         "sunday",
     ];
-    names.iter().position(|n| *n == w).map(|i| i as i64)
+    let short: [&[&str]; 7] = [
+        &["mon"],
+        &["tue", "tues"],
+        &["wed"],
+        &["thu", "thur", "thurs"],
+        &["fri"],
+        &["sat"],
+        &["sun"],
+    ];
+    names
+        .iter()
+        .position(|n| *n == w)
+        .or_else(|| {
+            if capital {
+                short.iter().position(|s| s.contains(&w))
+            } else {
+                None
+            }
+        })
+        .map(|i| i as i64)
 }
 
 /// Month 1–12 of a month name (or its usual three- or four-letter form).
@@ -440,7 +501,7 @@ fn match_at(toks: &[Tok], i: usize, r: &Reference, tense: Tense) -> Option<Match
             }
             _ => {}
         }
-        if let Some(wd) = weekday_index(w(at))
+        if let Some(wd) = weekday_index(w(at), cap(at))
             && rule != "in"
         {
             let rule = match (rule, tense) {
@@ -503,7 +564,13 @@ pub fn find(text: &str, said_at: i64) -> Vec<Mention> {
     let mut out = Vec::new();
     for (offset, sentence) in text.split_sentence_bound_indices() {
         let toks = tokens(sentence);
-        let tense = tense_of(&toks);
+        // A present progressive with a date is a plan ("Clara is moving to
+        // Porto in June").
+        let tense = if progressive(&toks) {
+            Tense::Future
+        } else {
+            tense_of(&toks)
+        };
         let mut i = 0;
         while i < toks.len() {
             match match_at(&toks, i, &r, tense) {
@@ -633,6 +700,7 @@ mod tests {
         // 8 May 2023 is a Monday; 12 May a Friday; 13 May a Saturday.
         let table = [
             ("I met her last Friday.", "2023-05-08", day("2023-05-05")),
+            ("Last Fri I took the kids out.", "2023-07-15", day("2023-07-14")),
             ("I met her last Friday.", "2023-05-12", day("2023-05-05")),
             ("I met her last Friday.", "2023-05-13", day("2023-05-12")),
             ("Let's meet this Friday.", "2023-05-08", day("2023-05-12")),
@@ -680,6 +748,9 @@ mod tests {
             ("We married this March.", "2023-06-20", month(2023, 3)),
             ("I moved in December.", "2024-01-10", month(2023, 12)),
             ("I will move in December.", "2024-01-10", month(2024, 12)),
+            ("Clara is moving to Porto in June.", "2023-11-14", month(2024, 6)),
+            ("It is amazing what we did in June.", "2023-11-14", month(2023, 6)),
+            ("I'm flying to Oslo on Friday.", "2023-05-08", day("2023-05-12")),
             ("I moved in February.", "2024-02-10", month(2024, 2)),
         ];
         for (text, said, want) in table {
@@ -719,6 +790,7 @@ mod tests {
             "I waited an hour ago? no, two hours ago.",
             "I have 3 cats and 2 dogs.",
             "We march together.",
+            "We sat in the sun on the last sun lounger.",
             "Last but not least, thanks.",
         ] {
             assert_eq!(find(text, at("2023-05-08")), Vec::new(), "{text}");

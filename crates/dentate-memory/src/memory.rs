@@ -52,8 +52,9 @@ impl PipelineKind {
     }
 
     /// Turns the relative-date annotation of HEMA's and Nemori's items
-    /// ([`crate::dates::annotate`]) on or off; RAG keeps its turns as said
-    /// and PREMem always resolves dates into its fragments' times.
+    /// ([`crate::dates::annotate`], on by default) on or off; RAG keeps its
+    /// turns as said and PREMem always resolves dates into its fragments'
+    /// times.
     pub fn resolve_dates(mut self, on: bool) -> Self {
         match &mut self {
             PipelineKind::Hema(c) => c.resolve_dates = on,

@@ -48,7 +48,7 @@ pub fn cluster(
     cfg: &ClusterConfig,
     compute: &dyn Compute,
 ) -> Result<Vec<Vec<usize>>, dentate_core::Error> {
-    let n = if dim == 0 { 0 } else { vecs.len() / dim };
+    let n = vecs.len().checked_div(dim).unwrap_or(0);
     if n == 0 {
         return Ok(Vec::new());
     }

@@ -51,10 +51,15 @@ pub struct MemoryArgs {
     /// User namespace.
     #[arg(long)]
     pub user: String,
-    /// Pipeline: hema, rag, nemori or amory (amory-rapid and amory-none are
-    /// Amory's consolidation ablations).
+    /// Pipeline: hema, rag, nemori, amory (amory-rapid and amory-none are
+    /// Amory's consolidation ablations) or premem.
     #[arg(long, default_value = "hema")]
     pub pipeline: String,
+    /// HEMA and Nemori: append the resolution of relative dates
+    /// ("yesterday = 7 May 2023") to their items (PREMem always resolves
+    /// them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    pub resolve_dates: bool,
     /// Retriever: hybrid (dense + BM25, fused), dense, bm25, rrf[:C] or weighted:W.
     #[arg(long, default_value = "hybrid")]
     pub retriever: String,
@@ -72,7 +77,8 @@ impl MemoryArgs {
     fn open_with_llm(&self) -> Res<(Memory, Option<Arc<dyn Llm>>)> {
         let e: Arc<dyn dentate_embed::Embedder> = Arc::from(make_embedder(&self.embedder)?);
         let llm = self.llm.build()?;
-        let mut mem = Memory::open(&self.dir, PipelineKind::parse(&self.pipeline)?, e, llm.clone())?;
+        let kind = PipelineKind::parse(&self.pipeline)?.resolve_dates(self.resolve_dates);
+        let mut mem = Memory::open(&self.dir, kind, e, llm.clone())?;
         mem.set_retriever(Retriever::parse(&self.retriever)?);
         Ok((mem, llm))
     }
@@ -94,7 +100,8 @@ pub enum MemoryCommand {
         #[arg(long)]
         sample: Option<String>,
         /// Leave the conversation open: more messages will follow (Nemori
-        /// keeps its last episode open instead of closing it at the end).
+        /// keeps its last episode open, PREMem its last session, instead of
+        /// closing it at the end).
         #[arg(long)]
         keep_open: bool,
     },
@@ -224,6 +231,7 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
             let r = r.and_then(|mut r| {
                 if !keep_open {
                     let f = mem.flush(&m.user)?;
+                    // PREMem processes its last session only now.
                     r.messages += f.messages;
                     if f.items > 0 {
                         r.items += f.items;
@@ -308,9 +316,13 @@ pub struct LocomoArgs {
     #[arg(long)]
     pub data: PathBuf,
     /// Pipelines to compare, comma-separated: rag, hema, nemori, amory
-    /// (amory-rapid, amory-none).
+    /// (amory-rapid, amory-none), premem.
     #[arg(long, default_value = "rag")]
     pub pipeline: String,
+    /// HEMA and Nemori: append the resolution of relative dates to their
+    /// items (`false` reproduces the numbers measured before it existed).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
+    pub resolve_dates: bool,
     /// Cut the ranked items at these numbers of items, comma-separated
     /// (default 5,10,20 when no --budget is given).
     #[arg(long)]
@@ -366,7 +378,7 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
         .map(Retriever::parse)
         .collect::<Result<Vec<_>, _>>()?;
     let pipelines = names(&a.pipeline)
-        .map(PipelineKind::parse)
+        .map(|n| PipelineKind::parse(n).map(|k| k.resolve_dates(a.resolve_dates)))
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;

@@ -507,9 +507,14 @@ fn kill_and_resume(ingest: &dyn Fn(&Path) -> Command, dir: &Path, chat: &Path) {
 
 /// `(kind, text, source ids)` of every live Nemori item, in id order.
 fn nemori_items(dir: &Path) -> Vec<(String, String, Vec<String>)> {
+    pipeline_items(dir, "nemori")
+}
+
+/// `(kind, text, source ids)` of every live item of `pipeline`, in id order.
+fn pipeline_items(dir: &Path, pipeline: &str) -> Vec<(String, String, Vec<String>)> {
     let store = dentate_memory::Store::open(dir).unwrap();
     let mut out = Vec::new();
-    for it in store.items("ann", "nemori", None).unwrap() {
+    for it in store.items("ann", pipeline, None).unwrap() {
         let refs = store.source_refs(&it.sources).unwrap();
         out.push((it.kind, it.text, refs));
     }
@@ -685,4 +690,78 @@ fn amory_ingest_show_ask_and_survive_a_kill() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no messages stored"));
+}
+
+#[test]
+fn premem_ingest_ask_eval_and_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = dir.path().join("chat.jsonl");
+    long_chat(&chat, 2400);
+    let ingest = |mem: &Path| {
+        let mut c = dentate();
+        c.args(["memory", "ingest", "--pipeline", "premem", "--user", "ann", "--dir"])
+            .arg(mem);
+        c
+    };
+    let whole = dir.path().join("whole");
+    let out = run_ok(ingest(&whole).arg("--input").arg(&chat));
+    assert!(out.contains("premem: processed 2400 messages"), "{out}");
+    let reference = pipeline_items(&whole, "premem");
+    for kind in ["cluster", "reasoning"] {
+        assert!(reference.iter().any(|i| i.0 == kind), "{kind}");
+    }
+    // Killed mid-ingest (SIGKILL), then resumed without --input.
+    let killed = dir.path().join("killed");
+    kill_and_resume(&ingest, &killed, &chat);
+    assert_eq!(
+        pipeline_items(&killed, "premem"),
+        reference,
+        "a kill loses nothing and changes nothing"
+    );
+    // `ask` reads fragments and reasoning, dated, with provenance.
+    let out = run_ok(
+        dentate()
+            .args(["memory", "ask", "--pipeline", "premem", "--user", "ann", "--dir"])
+            .arg(&whole)
+            .arg("Who teaches the cello lessons?"),
+    );
+    assert!(
+        out.contains("Ines") && out.contains("<memories>") && out.contains(" from m"),
+        "{out}"
+    );
+    // The evaluation compares it with RAG at a budget.
+    let data = dir.path().join("locomo.json");
+    std::fs::write(
+        &data,
+        r#"[{"sample_id": "f1", "conversation": {"speaker_a": "Ann", "speaker_b": "Bob",
+  "session_1_date_time": "9:15 am on 2 March, 2024",
+  "session_1": [
+    {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a grey cat called Pixel yesterday."},
+    {"speaker": "Bob", "dia_id": "D1:2", "text": "I am training for the Berlin marathon."}],
+  "session_2_date_time": "9:15 am on 9 March, 2024",
+  "session_2": [
+    {"speaker": "Ann", "dia_id": "D2:1", "text": "Pixel the cat sleeps on my bed."},
+    {"speaker": "Bob", "dia_id": "D2:2", "text": "My Berlin marathon plan has five runs a week."}]},
+  "qa": [
+    {"question": "When did Ann adopt her cat?", "answer": "1 March 2024", "evidence": ["D1:1"], "category": 2},
+    {"question": "How often does Bob run?", "answer": "five runs a week", "evidence": ["D2:2"], "category": 4}]}]"#,
+    )
+    .unwrap();
+    let table = run_ok(
+        dentate()
+            .args([
+                "eval",
+                "locomo",
+                "--pipeline",
+                "rag,premem",
+                "--retriever",
+                "hybrid",
+                "--budget",
+                "300",
+                "--data",
+            ])
+            .arg(&data),
+    );
+    assert!(table.contains("| premem | weighted:0.3 | 300 tokens |"), "{table}");
+    assert!(table.contains("| rag | weighted:0.3 | 300 tokens |"), "{table}");
 }

@@ -38,9 +38,14 @@ pub const JUDGE_PROMPT: &str = include_str!("prompts/judge.txt");
 pub const ANSWER_PROMPT: &str = include_str!("prompts/qa.txt");
 
 /// Item kinds that cite their source messages without quoting them (HEMA's
-/// block summaries, Amory's story and sub-plot headlines): they cover no
-/// evidence.
-pub const CITES_WITHOUT_QUOTING: &[&str] = &["summary", crate::amory::NARRATIVE, crate::amory::SUBPLOT];
+/// block summaries, Amory's story and sub-plot headlines, PREMem's reasoning
+/// fragments): they cover no evidence.
+pub const CITES_WITHOUT_QUOTING: &[&str] = &[
+    "summary",
+    crate::amory::NARRATIVE,
+    crate::amory::SUBPLOT,
+    crate::premem::REASONING,
+];
 
 /// Settings of an evaluation run.
 #[derive(Clone)]
@@ -438,6 +443,9 @@ pub fn judge(llm: &dyn Llm, question: &str, gold: &str, generated: &str) -> Resu
     )?)
 }
 
+/// Item kinds that cite sources they do not quote (HEMA's summaries,
+/// PREMem's reasoning fragments): no evidence turn is credited to them.
+
 /// One question's retrieval, packed at every cut.
 fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: &[Cut]) -> Result<QuestionResult> {
     let kmax = cuts
@@ -478,8 +486,8 @@ fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: 
             }
             .unwrap_or_else(|| packer.pack(&hits, cut));
             let used = &hits[..packed.items];
-            // A summary or a headline cites its messages without quoting
-            // them: it covers no evidence turn.
+            // A summary, a headline or a PREMem reasoning fragment cites its
+            // messages without quoting them: it covers no evidence turn.
             let mut ids: Vec<String> = used
                 .iter()
                 .filter(|h| !CITES_WITHOUT_QUOTING.contains(&h.item.kind.as_str()))

@@ -46,6 +46,11 @@ pub struct HemaConfig {
     pub vectors: VectorMemoryConfig,
     /// Text of the `<system>` block.
     pub system: String,
+    /// Append the resolution of relative dates ("yesterday = 7 May 2023")
+    /// to each chunk ([`crate::dates::annotate`]; default on: it raised
+    /// answer recall on `locomo-dev.json` at every budget, see
+    /// BENCHMARKS.md).
+    pub resolve_dates: bool,
 }
 
 impl Default for HemaConfig {
@@ -63,6 +68,7 @@ impl Default for HemaConfig {
             system: "You are a helpful assistant with long-term memory of this conversation. Use the compact \
                      summary and the retrieved excerpts (dated) to answer; say so when they do not contain the answer."
                 .into(),
+            resolve_dates: true,
         }
     }
 }
@@ -189,7 +195,13 @@ impl Pipeline for Hema {
         // message (each costs a call that should not be repeated).
         let group = if env.llm.is_some() { 1 } else { 32 };
         for (g, batch) in msgs.chunks(32).enumerate() {
-            let texts: Vec<String> = batch.iter().map(message_text).collect();
+            let texts: Vec<String> = batch
+                .iter()
+                .map(|m| match m.msg.said_at {
+                    Some(t) if self.cfg.resolve_dates => crate::dates::annotate(&message_text(m), t),
+                    _ => message_text(m),
+                })
+                .collect();
             let vecs = embed_batch(env.embedder, &texts)?;
             for (i, (m, text)) in batch.iter().zip(texts).enumerate() {
                 st.turn += 1;

@@ -10,14 +10,16 @@
 //!   timeouts, retries, strict JSON parsing and one repair request
 //!   ([`ask_json`]); calls, tokens and latency are counted.
 //! - [`Pipeline`]s: the turn-level [`Rag`] baseline, [`Hema`],
-//!   [`Nemori`] and [`Amory`] (narratives, consolidation, a semantic graph
-//!   of triples in [`graph`]).
+//!   [`Nemori`], [`Amory`] (narratives, consolidation, a semantic graph
+//!   of triples in [`graph`]) and [`Premem`]; [`dates`] resolves relative
+//!   dates.
 //! - [`Memory`]: a directory, a pipeline, many users.
 //! - [`locomo`]: the LoCoMo dataset and the LLM-free evidence-recall
 //!   evaluation.
 #![warn(missing_docs)]
 
 pub mod amory;
+pub mod dates;
 mod error;
 pub mod eval;
 pub mod graph;
@@ -29,6 +31,7 @@ mod memory;
 pub mod metrics;
 pub mod nemori;
 pub mod pipeline;
+pub mod premem;
 pub mod rag;
 pub mod store;
 pub mod summarize;
@@ -47,6 +50,7 @@ pub use memory::{Memory, PipelineKind};
 pub use metrics::Cut;
 pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{Composed, DEFAULT_FUSION, Env, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever};
+pub use premem::{Premem, PrememConfig};
 pub use rag::Rag;
 pub use store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewMessage, Store};
 pub use vecmem::{VectorMemory, VectorMemoryConfig};

@@ -6,6 +6,7 @@ use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
 use crate::nemori::{Nemori, NemoriConfig};
 use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever};
+use crate::premem::{Premem, PrememConfig};
 use crate::rag::Rag;
 use crate::store::{NewMessage, Store, check_user};
 use crate::vecmem::VectorMemoryConfig;
@@ -25,6 +26,8 @@ pub enum PipelineKind {
     Nemori(NemoriConfig),
     /// Amory.
     Amory(AmoryConfig),
+    /// PREMem.
+    Premem(PrememConfig),
 }
 
 impl PipelineKind {
@@ -35,11 +38,13 @@ impl PipelineKind {
             PipelineKind::Hema(_) => "hema",
             PipelineKind::Nemori(_) => "nemori",
             PipelineKind::Amory(c) => c.name(),
+            PipelineKind::Premem(_) => "premem",
         }
     }
 
-    /// Parses `rag`, `hema`, `nemori` or `amory` (default settings; Amory's
-    /// consolidation ablations are `amory-rapid` and `amory-none`).
+    /// Parses `rag`, `hema`, `nemori`, `amory` or `premem` (default
+    /// settings; Amory's consolidation ablations are `amory-rapid` and
+    /// `amory-none`).
     pub fn parse(name: &str) -> Result<Self> {
         match name {
             "rag" => Ok(PipelineKind::Rag(VectorMemoryConfig::default())),
@@ -56,10 +61,24 @@ impl PipelineKind {
                     ..AmoryConfig::default()
                 }))
             }
+            "premem" => Ok(PipelineKind::Premem(PrememConfig::default())),
             other => Err(MemoryError::Invalid(format!(
-                "unknown pipeline `{other}` (expected rag, hema, nemori, amory, amory-rapid or amory-none)"
+                "unknown pipeline `{other}` (expected rag, hema, nemori, amory, amory-rapid, amory-none or premem)"
             ))),
         }
+    }
+
+    /// Turns the relative-date annotation of HEMA's and Nemori's items
+    /// ([`crate::dates::annotate`], on by default) on or off; RAG and Amory
+    /// keep their texts as said (Amory's fragments carry their message's
+    /// date) and PREMem always resolves dates into its fragments' times.
+    pub fn resolve_dates(mut self, on: bool) -> Self {
+        match &mut self {
+            PipelineKind::Hema(c) => c.resolve_dates = on,
+            PipelineKind::Nemori(c) => c.resolve_dates = on,
+            PipelineKind::Rag(_) | PipelineKind::Amory(_) | PipelineKind::Premem(_) => {}
+        }
+        self
     }
 
     fn build(&self) -> Box<dyn Pipeline> {
@@ -68,6 +87,7 @@ impl PipelineKind {
             PipelineKind::Hema(c) => Box::new(Hema::new(c.clone())),
             PipelineKind::Nemori(c) => Box::new(Nemori::new(c.clone())),
             PipelineKind::Amory(c) => Box::new(Amory::new(c.clone())),
+            PipelineKind::Premem(c) => Box::new(Premem::new(c.clone())),
         }
     }
 }

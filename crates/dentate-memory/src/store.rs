@@ -76,6 +76,14 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX triples_by_subject ON triples(user, pipeline, subject_key);
      CREATE INDEX triples_by_object ON triples(user, pipeline, object_key);
      CREATE INDEX triples_by_predicate ON triples(user, pipeline, predicate_key);",
+    // v4: item-to-item provenance with several origins (PREMem's clusters
+    // are made of fragments; its reasoning fragments of the fragments of
+    // two linked clusters).
+    "CREATE TABLE item_derivations (
+        item_id INTEGER NOT NULL REFERENCES items(id),
+        from_item INTEGER NOT NULL REFERENCES items(id),
+        PRIMARY KEY (item_id, from_item)
+     );",
 ];
 
 /// Current schema version.
@@ -197,6 +205,9 @@ pub struct Step {
     pub processed_through: Option<i64>,
     /// Pipeline turn stamped on the added items.
     pub turn: i64,
+    /// Item-to-item provenance: `(i, from)` records that item `i` of `add`
+    /// was derived from the items `from` (see [`Store::derived_from`]).
+    pub derived: Vec<(usize, Vec<ItemRef>)>,
 }
 
 /// The SQLite store of one memory directory.
@@ -550,6 +561,23 @@ impl Store {
                 let item = resolve(t.item, "a triple")?;
                 crate::graph::insert(tx, user, pipeline, item, t)?;
             }
+            let mut der = tx.prepare("INSERT OR IGNORE INTO item_derivations (item_id, from_item) VALUES (?1, ?2)")?;
+            for (i, from) in &step.derived {
+                let item = *ids.get(*i).ok_or_else(|| {
+                    MemoryError::Invalid(format!("a derivation names item {i} of a step of {}", ids.len()))
+                })?;
+                for &r in from {
+                    // An item of the same step must come before the one it derives.
+                    if let ItemRef::InStep(j) = r
+                        && j >= *i
+                    {
+                        return Err(MemoryError::Invalid(format!(
+                            "item {i} of a step is derived from item {j} of the same step; it must come earlier"
+                        )));
+                    }
+                    der.execute(params![item, resolve(r, "a derivation")?])?;
+                }
+            }
             let mut del = tx.prepare("UPDATE items SET deleted = 1 WHERE id = ?1 AND user = ?2 AND pipeline = ?3")?;
             for &id in &step.delete {
                 del.execute(params![id, user, pipeline])?;
@@ -589,6 +617,16 @@ impl Store {
             parent: r.get(8)?,
             sources: Vec::new(),
         })
+    }
+
+    /// The items `id` was derived from ([`Step::derived`]), live or
+    /// deleted, in id order.
+    pub fn derived_from(&self, id: i64) -> Result<Vec<i64>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT from_item FROM item_derivations WHERE item_id = ?1 ORDER BY from_item")?;
+        let rows = st.query_map([id], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// A live item by id, with its provenance.
@@ -694,6 +732,15 @@ impl Store {
             .conn
             .prepare_cached("SELECT DISTINCT user FROM messages ORDER BY user")?;
         let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The distinct speakers of `user`'s messages, sorted.
+    pub fn speakers(&self, user: &str) -> Result<Vec<String>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT DISTINCT speaker FROM messages WHERE user = ?1 ORDER BY speaker")?;
+        let rows = st.query_map([user], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

@@ -30,7 +30,7 @@ pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 }
 
 /// (year, month, day) of Unix seconds (UTC) (Hinnant's `civil_from_days`).
-fn civil_from_secs(secs: i64) -> (i64, i64, i64) {
+pub(crate) fn civil_from_secs(secs: i64) -> (i64, i64, i64) {
     let z = secs.div_euclid(86_400) + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -50,7 +50,7 @@ pub fn date_string(secs: i64) -> String {
 }
 
 /// English month names, January first.
-const MONTH_NAMES: [&str; 12] = [
+pub(crate) const MONTH_NAMES: [&str; 12] = [
     "January",
     "February",
     "March",

@@ -58,6 +58,12 @@ pub struct NemoriConfig {
     pub attach_originals: usize,
     /// Vector-index settings (both indexes).
     pub vectors: VectorMemoryConfig,
+    /// Append the resolution of relative dates ("yesterday = 7 May 2023")
+    /// to each message an episode is written from, so narratives and
+    /// statements carry them ([`crate::dates::annotate`]; default on: it
+    /// raised answer recall on `locomo-dev.json` at every budget, see
+    /// BENCHMARKS.md).
+    pub resolve_dates: bool,
 }
 
 impl Default for NemoriConfig {
@@ -69,6 +75,7 @@ impl Default for NemoriConfig {
             compose_k: 30,
             attach_originals: 2,
             vectors: VectorMemoryConfig::default(),
+            resolve_dates: true,
         }
     }
 }
@@ -134,6 +141,22 @@ impl Nemori {
     /// the items made.
     fn emit(&mut self, env: &mut Env<'_>, segment: &[Message], next_start: i64, through: i64) -> Result<usize> {
         let Some(first) = segment.first() else { return Ok(0) };
+        let annotated: Vec<Message>;
+        let segment = if self.cfg.resolve_dates {
+            annotated = segment
+                .iter()
+                .map(|m| {
+                    let mut m = m.clone();
+                    if let Some(t) = m.msg.said_at {
+                        m.msg.text = crate::dates::annotate(&m.msg.text, t);
+                    }
+                    m
+                })
+                .collect();
+            &annotated[..]
+        } else {
+            segment
+        };
         let seg: Vec<&Message> = segment.iter().collect();
         let ep: Episode = match env.llm {
             Some(llm) => episode::with_llm(llm, &seg)?,

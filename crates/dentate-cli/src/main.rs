@@ -54,8 +54,32 @@ enum Command {
     Info,
 }
 
+/// Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid or not
+/// set" when a Vulkan instance is created in a session without that
+/// directory (a server, a container, CI). The CLI looks for adapters on
+/// every run, so it gives the drivers a private one instead of alarming the
+/// user; a directory that is already set is left alone.
+fn quiet_vulkan_loader() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+        let dir = std::env::temp_dir().join(format!("dentate-runtime-{user}"));
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        let private = std::fs::metadata(&dir).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o777 == 0o700);
+        if private {
+            // SAFETY: called first thing in `main`, before any thread exists,
+            // so nothing reads the environment concurrently.
+            unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    quiet_vulkan_loader();
+    // wgpu's HAL logs a missing Vulkan driver as errors while `auto` merely
+    // looks for a GPU; RUST_LOG still turns it on.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn,wgpu_hal=off")).init();
     let cli = Cli::parse();
     let choice = match cli.backend.as_deref() {
         Some(b) => dentate_gpu::BackendChoice::parse(b),

@@ -765,3 +765,36 @@ fn premem_ingest_ask_eval_and_survive_a_kill() {
     assert!(table.contains("| premem | weighted:0.3 | 300 tokens |"), "{table}");
     assert!(table.contains("| rag | weighted:0.3 | 300 tokens |"), "{table}");
 }
+
+#[test]
+fn backend_choice_is_reported_and_bad_choices_are_errors() {
+    // Auto takes a real GPU when one is listed and never a software
+    // adapter: with only Mesa's llvmpipe (as in CI) the CPU runs.
+    let out = run_ok(dentate().arg("info").env_remove("DENTATE_BACKEND"));
+    let hardware = out
+        .lines()
+        .any(|l| l.starts_with("GPU adapter ") && !l.contains("used only when forced"));
+    let want = if hardware {
+        "compute backend:      gpu ("
+    } else {
+        "compute backend:      cpu"
+    };
+    assert!(out.contains(want), "{out}");
+    // Forcing the GPU takes it.
+    let out = run_ok(dentate().args(["--backend", "gpu", "info"]));
+    assert!(out.contains("compute backend:      gpu ("), "{out}");
+    // An unknown backend, and a forced GPU without any Vulkan driver, are
+    // clear errors (exit 2), not a silent CPU.
+    let out = dentate().arg("info").env("DENTATE_BACKEND", "tpu").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend `tpu`"));
+    let out = dentate()
+        .args(["--backend", "gpu", "info"])
+        .env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no GPU adapter"), "{err}");
+    assert!(!err.contains("ERROR"), "driver noise reached the user: {err}");
+}

@@ -1,7 +1,8 @@
 // Product quantization: per-query lookup tables, the ADC scan over the
 // probed inverted lists with a per-thread top-k, and exact re-ranking of
 // candidates from the stored vectors. Partial lists are reduced by the
-// merge pass of topk.wgsl (same `Cand` layout).
+// merge pass of topk.wgsl (`Cand`, `better`, NONE and NEG come from
+// common.wgsl, which the host puts in front of both).
 //
 // The host prepends:
 //   K     slots per top-k list
@@ -15,32 +16,7 @@
 // `lut_read`, and the loop that fills it) with the lines of the chosen
 // placement; for LUT = 1 it also prepends `enable f16;`.
 
-const NONE: u32 = 0xffffffffu;
-const NEG: f32 = -3.0e38;
 const WG: u32 = 256u;
-
-struct Cand {
-    s: f32,
-    row: u32,
-    lo: u32,
-    hi: u32,
-}
-
-fn better(a: Cand, b: Cand) -> bool {
-    if b.row == NONE {
-        return a.row != NONE;
-    }
-    if a.row == NONE {
-        return false;
-    }
-    if a.s != b.s {
-        return a.s > b.s;
-    }
-    if a.hi != b.hi {
-        return a.hi < b.hi;
-    }
-    return a.lo < b.lo;
-}
 
 struct Params {
     nq: u32,

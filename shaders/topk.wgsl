@@ -13,17 +13,10 @@
 // dimension are 8 consecutive elements (two vec4 loads in f32, one in f16).
 // Every comparison orders by score descending, then id ascending (ids are
 // u64 as lo/hi words), so the device and the CPU return the same ids.
+// `Cand`, `better`, NONE and NEG come from common.wgsl, which the host
+// puts in front.
 
 const RPT: u32 = 8u;
-const NONE: u32 = 0xffffffffu;
-const NEG: f32 = -3.0e38;
-
-struct Cand {
-    s: f32,
-    row: u32,
-    lo: u32,
-    hi: u32,
-}
 
 struct Params {
     d: u32,
@@ -48,22 +41,6 @@ struct Params {
 @group(0) @binding(5) var<storage, read> bias: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out_top: array<Cand>;
 @group(0) @binding(7) var<storage, read_write> out_mat: array<f32>;
-
-fn better(a: Cand, b: Cand) -> bool {
-    if b.row == NONE {
-        return a.row != NONE;
-    }
-    if a.row == NONE {
-        return false;
-    }
-    if a.s != b.s {
-        return a.s > b.s;
-    }
-    if a.hi != b.hi {
-        return a.hi < b.hi;
-    }
-    return a.lo < b.lo;
-}
 
 struct Row8 {
     a: vec4<f32>,

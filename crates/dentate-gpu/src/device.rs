@@ -10,11 +10,17 @@ use wgpu::util::DeviceExt;
 /// the repository).
 pub(crate) mod wgsl {
     /// Batched scoring with fused top-k, the merge pass, score matrices.
-    pub const TOPK: &str = include_str!("../../../shaders/topk.wgsl");
+    pub const TOPK: &str = concat!(
+        include_str!("../../../shaders/common.wgsl"),
+        include_str!("../../../shaders/topk.wgsl")
+    );
     /// k-means centroid update, silhouette distance sums.
     pub const KMEANS: &str = include_str!("../../../shaders/kmeans.wgsl");
     /// PQ tables, ADC scan, exact re-ranking.
-    pub const PQ: &str = include_str!("../../../shaders/pq.wgsl");
+    pub const PQ: &str = concat!(
+        include_str!("../../../shaders/common.wgsl"),
+        include_str!("../../../shaders/pq.wgsl")
+    );
     /// Salience scores, radix select of the lowest rows.
     pub const SELECT: &str = include_str!("../../../shaders/select.wgsl");
 }

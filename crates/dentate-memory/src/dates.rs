@@ -44,7 +44,7 @@
 //! ambiguous date forms a present progressive ("is moving … in June")
 //! also reads as future.
 
-use crate::time::{MONTH_NAMES, civil_from_secs, days_from_civil, days_in_month, human_date};
+use crate::time::{MONTH_NAMES, WEEKDAY_NAMES, civil_from_secs, days_from_civil, days_in_month, human_date};
 use unicode_segmentation::UnicodeSegmentation;
 
 /// What a date expression resolves to.
@@ -277,15 +277,6 @@ fn weekday(day: i64) -> i64 {
 /// Monday = 0 … Sunday = 6 of a weekday name; its abbreviation (`Fri`,
 /// `Thurs`) counts only when capitalised (`capital`), "sun" being a word.
 fn weekday_index(w: &str, capital: bool) -> Option<i64> {
-    let names = [
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-    ];
     let short: [&[&str]; 7] = [
         &["mon"],
         &["tue", "tues"],
@@ -295,9 +286,9 @@ fn weekday_index(w: &str, capital: bool) -> Option<i64> {
         &["sat"],
         &["sun"],
     ];
-    names
+    WEEKDAY_NAMES
         .iter()
-        .position(|n| *n == w)
+        .position(|n| n.eq_ignore_ascii_case(w))
         .or_else(|| {
             if capital {
                 short.iter().position(|s| s.contains(&w))

@@ -655,27 +655,15 @@ fn parse_calendar_date(date: &str) -> Option<(i64, u32, u32)> {
     Some((year, month, day))
 }
 
+/// Month 1–12 of a month name or a prefix of it of three letters or more
+/// (`Jan`, `Sept`), any case.
 fn month_number(name: &str) -> Option<u32> {
-    const MONTHS: [&str; 12] = [
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-    ];
     if name.len() < 3 {
         return None;
     }
-    MONTHS
+    crate::time::MONTH_NAMES
         .iter()
-        .position(|m| m.starts_with(name))
+        .position(|m| m.len() >= name.len() && m.as_bytes()[..name.len()].eq_ignore_ascii_case(name.as_bytes()))
         .and_then(|i| u32::try_from(i + 1).ok())
 }
 

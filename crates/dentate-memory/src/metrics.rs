@@ -137,23 +137,6 @@ pub struct EvalReport {
     pub latency_p95_us: Option<u64>,
 }
 
-/// Month names, kept as content words although a stop list may hold one
-/// (`may`).
-pub(crate) const MONTHS: [&str; 12] = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
-
 /// Lower-cased alphanumeric tokens of `text` (maximal runs of Unicode
 /// letters and digits), with a possessive `'s` dropped.
 pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
@@ -172,7 +155,7 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
 pub fn content_words(answer: &str) -> BTreeSet<String> {
     words(answer)
         .filter(|w| {
-            MONTHS.contains(&w.as_str())
+            crate::time::is_month(&w)
                 || w.chars().all(|c| c.is_numeric())
                 || !dentate_core::lexical::ENGLISH_STOP_WORDS.contains(&w.as_str())
         })

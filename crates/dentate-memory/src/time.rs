@@ -65,6 +65,28 @@ pub(crate) const MONTH_NAMES: [&str; 12] = [
     "December",
 ];
 
+/// English weekday names, Monday first.
+pub(crate) const WEEKDAY_NAMES: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// Whether `w` is a month's full name (any case).
+pub(crate) fn is_month(w: &str) -> bool {
+    MONTH_NAMES.iter().any(|m| m.eq_ignore_ascii_case(w))
+}
+
+/// Whether `w` is a month's or a weekday's full name (any case): calendar
+/// words, never names or content keys.
+pub(crate) fn is_calendar_word(w: &str) -> bool {
+    is_month(w) || WEEKDAY_NAMES.iter().any(|d| d.eq_ignore_ascii_case(w))
+}
+
 /// `8 May 2023` of Unix seconds (UTC): the unambiguous form prompts show.
 pub fn human_date(secs: i64) -> String {
     let (y, m, d) = civil_from_secs(secs);

@@ -156,26 +156,9 @@ pub fn split_speaker(text: &str) -> (&str, &str) {
     }
 }
 
-/// Capitalised words that are not names (months are too, see
-/// [`crate::metrics::MONTHS`]).
-const NOT_NAMES: &[&str] = &[
-    "monday",
-    "tuesday",
-    "wednesday",
-    "thursday",
-    "friday",
-    "saturday",
-    "sunday",
-    "i",
-    "i'm",
-    "i've",
-    "i'll",
-    "i'd",
-    "ok",
-    "okay",
-    "omg",
-    "lol",
-];
+/// Capitalised words that are not names (nor are months and weekdays, see
+/// [`crate::time::is_calendar_word`]).
+const NOT_NAMES: &[&str] = &["i", "i'm", "i've", "i'll", "i'd", "ok", "okay", "omg", "lol"];
 
 /// Capitalised names a text mentions, in order, each once: words that
 /// start with a capital letter, are not the first word of a sentence, and
@@ -194,7 +177,7 @@ pub fn names_in(text: &str) -> Vec<String> {
             && word.chars().next().is_some_and(char::is_uppercase)
             && word.chars().all(|c| c.is_alphanumeric() || c == '-')
             && !NOT_NAMES.contains(&word.to_lowercase().as_str())
-            && !crate::metrics::MONTHS.contains(&word.to_lowercase().as_str())
+            && !crate::time::is_calendar_word(word)
             && !dentate_core::lexical::ENGLISH_STOP_WORDS.contains(&word.to_lowercase().as_str());
         if is_name && !out.iter().any(|o| o == word) {
             out.push(word.to_string());

@@ -356,7 +356,8 @@ const KEY_SKIP: &[&str] = &[
     "named",
 ];
 
-/// Words about time, kept out of keys.
+/// Words about time, kept out of keys (with the names of months and
+/// weekdays, [`crate::time::is_calendar_word`]).
 const TIME_WORDS: &[&str] = &[
     "yesterday",
     "today",
@@ -377,25 +378,6 @@ const TIME_WORDS: &[&str] = &[
     "morning",
     "evening",
     "night",
-    "monday",
-    "tuesday",
-    "wednesday",
-    "thursday",
-    "friday",
-    "saturday",
-    "sunday",
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
     "recently",
     "lately",
     "mon",
@@ -458,6 +440,7 @@ pub fn key_of(sentence: &str, names: &[String]) -> String {
         let skip = w.chars().count() < 3
             || !content.contains(&w)
             || TIME_WORDS.contains(&w.as_str())
+            || crate::time::is_calendar_word(&w)
             || SUBJECTIVE.contains(&w.as_str())
             || FACTUAL_VERBS.contains(&w.as_str())
             || KEY_SKIP.contains(&w.as_str())

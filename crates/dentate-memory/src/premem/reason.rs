@@ -197,29 +197,6 @@ fn jaccard(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f32 {
 /// that are not speakers (`names`, lower case), months, weekdays or stop
 /// words.
 fn entities(text: &str, names: &[String]) -> Vec<String> {
-    const CALENDAR: &[&str] = &[
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-        "before",
-        "after",
-    ];
     let mut out: Vec<String> = Vec::new();
     let mut run: Vec<String> = Vec::new();
     let flush = |run: &mut Vec<String>, out: &mut Vec<String>| {
@@ -237,7 +214,9 @@ fn entities(text: &str, names: &[String]) -> Vec<String> {
         let name = w.chars().count() >= 3
             && w.chars().next().is_some_and(char::is_uppercase)
             && !names.contains(&lower)
-            && !CALENDAR.contains(&lower.as_str())
+            && !crate::time::is_calendar_word(&lower)
+            && lower != "before"
+            && lower != "after"
             && !dentate_core::lexical::ENGLISH_STOP_WORDS.contains(&lower.as_str());
         if name {
             run.push(w.to_string());

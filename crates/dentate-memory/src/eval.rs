@@ -443,9 +443,6 @@ pub fn judge(llm: &dyn Llm, question: &str, gold: &str, generated: &str) -> Resu
     )?)
 }
 
-/// Item kinds that cite sources they do not quote (HEMA's summaries,
-/// PREMem's reasoning fragments): no evidence turn is credited to them.
-
 /// One question's retrieval, packed at every cut.
 fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: &[Cut]) -> Result<QuestionResult> {
     let kmax = cuts

@@ -155,7 +155,7 @@ pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
 pub fn content_words(answer: &str) -> BTreeSet<String> {
     words(answer)
         .filter(|w| {
-            crate::time::is_month(&w)
+            crate::time::is_month(w)
                 || w.chars().all(|c| c.is_numeric())
                 || !dentate_core::lexical::ENGLISH_STOP_WORDS.contains(&w.as_str())
         })

@@ -11,10 +11,12 @@
 //! other than by appending, so a cache keyed on it stays valid while the
 //! index only grows.
 
+use crate::error::{Error, Result};
+use crate::fastscan::{PackedListRef, QuantizedTables, scan_list};
 use crate::pq::ProductQuantizer;
 use crate::salience::SalienceParams;
 use crate::simd::{Isa, PANEL, Panels, RowMajor, tile_scores};
-use crate::topk::{Cand, TopK};
+use crate::topk::{Cand, Reservoir, TopK};
 use crate::vector::Bitset;
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -59,7 +61,7 @@ impl<'a> BaseRef<'a> {
 /// One inverted list to scan with asymmetric distance computation.
 #[derive(Debug, Clone, Copy)]
 pub struct ListRef<'a> {
-    /// `len × m` 8-bit codes, row-major.
+    /// `len × m` codes (one byte each), row-major.
     pub codes: &'a [u8],
     /// Global row of each entry.
     pub rows: &'a [u32],
@@ -91,24 +93,7 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     /// `<x, c> − ‖c‖²/2 = (‖x‖² − ‖x − c‖²) / 2`, from which callers recover
     /// the squared distance as `‖x‖² − 2·score`.
     fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
-        let bias: Option<Vec<f32>> = match metric {
-            Metric::Cosine => None,
-            Metric::L2 => Some(
-                centroids
-                    .to_rows()
-                    .chunks_exact(centroids.dim().max(1))
-                    .map(|c| -0.5 * c.iter().map(|x| x * x).sum::<f32>())
-                    .collect(),
-            ),
-        };
-        let base = BaseRef {
-            bias: bias.as_deref(),
-            ..BaseRef::plain(centroids)
-        };
-        let res = self.top_k(points, base, 1);
-        res.into_iter()
-            .map(|v| v.first().map_or((0, f32::NEG_INFINITY), |c| (c.row, c.score)))
-            .unzip()
+        assign_by_top_k(self, points, centroids, metric)
     }
 
     /// Full product `a · bᵀ`: `out[i * b.len() + j] = <a_i, b_j>`.
@@ -134,6 +119,24 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
         k: usize,
     ) -> Vec<Vec<Cand>>;
 
+    /// Fast-scan of 4-bit codes: for each (rotated) query, its lookup tables
+    /// against `pq`'s 16-centroid codebooks quantised to u8 by
+    /// [`QuantizedTables`], summed in u16 over the packed blocks of its
+    /// probed lists (layout in [`crate::fastscan`]); the `k` best live
+    /// candidates, scored `bias + (offset + scale · sum)`, ties by smaller
+    /// id. Every backend must return exactly these candidates. Fails when
+    /// `pq` does not have 16 centroids per sub-quantizer or a query is not
+    /// finite.
+    fn fastscan_top_k(
+        &self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        probes: &[Vec<PackedListRef<'_>>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Result<Vec<Vec<Cand>>>;
+
     /// Exact re-ranking: each query's candidate rows scored against the stored
     /// vectors; the `k` best, ties by id.
     fn rerank(
@@ -150,6 +153,40 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
 
     /// The `count` live rows with the lowest score, lowest first (ties by id).
     fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32>;
+}
+
+/// [`Compute::assign`] through [`Compute::top_k`] with k = 1 (the
+/// provided implementation).
+fn assign_by_top_k<C: Compute + ?Sized>(
+    c: &C,
+    points: &[f32],
+    centroids: &Panels,
+    metric: Metric,
+) -> (Vec<u32>, Vec<f32>) {
+    let bias = l2_bias(centroids, metric);
+    let base = BaseRef {
+        bias: bias.as_deref(),
+        ..BaseRef::plain(centroids)
+    };
+    c.top_k(points, base, 1)
+        .into_iter()
+        .map(|v| v.first().map_or((0, f32::NEG_INFINITY), |c| (c.row, c.score)))
+        .unzip()
+}
+
+/// The per-centroid bias that turns inner-product argmax into nearest by
+/// L2 (`-‖c‖²/2`); `None` for cosine.
+fn l2_bias(centroids: &Panels, metric: Metric) -> Option<Vec<f32>> {
+    match metric {
+        Metric::Cosine => None,
+        Metric::L2 => Some(
+            centroids
+                .to_rows()
+                .chunks_exact(centroids.dim().max(1))
+                .map(|c| -0.5 * c.iter().map(|x| x * x).sum::<f32>())
+                .collect(),
+        ),
+    }
 }
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
@@ -340,6 +377,29 @@ impl Compute for CpuCompute {
         merged.into_iter().map(TopK::into_sorted).collect()
     }
 
+    fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
+        let d = centroids.dim();
+        if d == 0 || d > 32 {
+            return assign_by_top_k(self, points, centroids, metric);
+        }
+        // Small dimension (PQ sub-spaces, k-means on them): the fused argmax
+        // kernel straight into two flat vectors, with no per-point candidate
+        // lists (allocating one per point cost more than the arithmetic for
+        // 16-centroid codebooks).
+        let bias = l2_bias(centroids, metric);
+        let parts: Vec<(Vec<u32>, Vec<f32>)> = points
+            .par_chunks(1024 * d)
+            .map(|q| crate::simd::argmax_rows(self.isa, q, centroids, bias.as_deref()))
+            .collect();
+        let mut rows = Vec::with_capacity(points.len() / d);
+        let mut scores = Vec::with_capacity(points.len() / d);
+        for (r, s) in parts {
+            rows.extend(r);
+            scores.extend(s);
+        }
+        (rows, scores)
+    }
+
     fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32> {
         let d = b.dim();
         let nb = b.len();
@@ -451,18 +511,60 @@ impl Compute for CpuCompute {
         k: usize,
     ) -> Vec<Vec<Cand>> {
         let m = pq.m();
+        let ksub = pq.ksub();
         probes
             .par_iter()
             .zip(queries.par_chunks_exact(pq.dim()))
             .map_init(
-                || vec![0f32; m * 256],
+                || vec![0f32; m * ksub],
                 |lut, (lists, q)| {
                     pq.table_into(q, lut);
                     let mut heap = TopK::new(k);
                     for list in lists {
-                        adc_scan_list(lut, m, list, ids, alive, &mut heap);
+                        if ksub == crate::pq::KSUB {
+                            adc_scan_list(lut, m, list, ids, alive, &mut heap);
+                        } else {
+                            adc_scan_list_generic(lut, m, ksub, list, ids, alive, &mut heap);
+                        }
                     }
                     heap.into_sorted()
+                },
+            )
+            .collect()
+    }
+
+    fn fastscan_top_k(
+        &self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        probes: &[Vec<PackedListRef<'_>>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Result<Vec<Vec<Cand>>> {
+        if pq.ksub() != crate::fastscan::KSUB {
+            return Err(Error::param(
+                "pq",
+                format!(
+                    "fast-scan needs 16 centroids per sub-quantizer, this PQ has {}",
+                    pq.ksub()
+                ),
+            ));
+        }
+        let m = pq.m();
+        probes
+            .par_iter()
+            .zip(queries.par_chunks_exact(pq.dim()))
+            .map_init(
+                || (vec![0f32; m * crate::fastscan::KSUB], QuantizedTables::default()),
+                |(table, qt), (lists, q)| {
+                    pq.table_into(q, table);
+                    qt.quantize(table, m)?;
+                    let mut heap = Reservoir::new(k);
+                    for list in lists {
+                        scan_list(self.isa, qt, list, ids, alive, &mut heap);
+                    }
+                    Ok(heap.into_sorted())
                 },
             )
             .collect()
@@ -483,7 +585,15 @@ impl Compute for CpuCompute {
             .map(|(qi, rows)| {
                 let q = &queries[qi * d..(qi + 1) * d];
                 let mut heap = TopK::new(k);
-                for &r in rows {
+                // Candidate rows are scattered: fetch a few rows ahead.
+                const AHEAD: usize = 4;
+                for &r in rows.iter().take(AHEAD) {
+                    store.prefetch_row(r as usize);
+                }
+                for (i, &r) in rows.iter().enumerate() {
+                    if let Some(&next) = rows.get(i + AHEAD) {
+                        store.prefetch_row(next as usize);
+                    }
                     let r = r as usize;
                     heap.push(Cand {
                         score: store.dot_row(r, q),
@@ -529,6 +639,32 @@ fn any_ge(chunk: &[f32], thr: f32) -> bool {
         hit |= x >= thr;
     }
     hit
+}
+
+/// [`adc_scan_list`] for codebooks of any size (`ksub` entries per table).
+fn adc_scan_list_generic(
+    lut: &[f32],
+    m: usize,
+    ksub: usize,
+    list: &ListRef<'_>,
+    ids: &[u64],
+    alive: &Bitset,
+    heap: &mut TopK,
+) {
+    for (code, &row) in list.codes.chunks_exact(m).zip(list.rows) {
+        let s: f32 = code
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| lut[j * ksub + usize::from(c) % ksub])
+            .sum();
+        if alive.get(row as usize) {
+            heap.push(Cand {
+                score: list.bias + s,
+                id: ids[row as usize],
+                row,
+            });
+        }
+    }
 }
 
 /// Scans one inverted list with a lookup table, pushing live candidates.

@@ -28,6 +28,9 @@ pub struct OpqConfig {
     pub max_train: usize,
     /// Seed.
     pub seed: u64,
+    /// Bits per code of the PQ the rotation is optimised for (8 or 4):
+    /// the index's own code width, so the rotation fits the codes it serves.
+    pub pq_bits: u32,
 }
 
 impl Default for OpqConfig {
@@ -38,6 +41,7 @@ impl Default for OpqConfig {
             pq_iterations_first: 40,
             max_train: 65_536,
             seed: 2468,
+            pq_bits: 8,
         }
     }
 }
@@ -80,6 +84,7 @@ impl OpqRotation {
                 },
                 seed: cfg.seed.wrapping_add(it as u64 * 7919),
                 max_train: cfg.max_train,
+                bits: cfg.pq_bits,
             };
             let pq = ProductQuantizer::train(&y, dim, m, &pq_cfg, compute)?;
             let yhat = pq.decode(&pq.encode(&y, compute)?);

@@ -12,9 +12,9 @@
 #       IVF…,PQ…x4fs + IndexRefineFlat, faiss OPQ…,IVF…,PQ… and faiss
 #       IndexFlatIP, with same-run ratios, and draws the recall–QPS curves
 #       to svg (default DIR/race.svg). Grid (environment overrides):
-#         FS_NLISTS="256 1024"  FS_MS="d/4 d/2"  FS_NPROBES=2,4,8,16,32,64
-#         FS_RERANKS=2,4,8,16   PQ_NLIST=1024  PQ_M=d/8  PQ_NPROBES=4,8,16,32,64
-#         PQ_RERANKS=0,4,8      OPQ_ITERATIONS=50
+#         FS_NLISTS="256 1024"  FS_MS="d/8 d/4 d/2"  FS_NPROBES=4,8,16,32,64,128,256
+#         FS_RERANKS=2,4,8,16,32  PQ_NLIST=1024  PQ_M=d/8  PQ_NPROBES=4,8,16,32,64,128
+#         PQ_RERANKS=0,4,8,16   OPQ_ITERATIONS (Dentate's: default per index kind)
 #       Engines alternate which runs first from one configuration to the
 #       next; the load average is logged into DIR/race.jsonl as comments.
 #
@@ -34,14 +34,15 @@ if [[ "${1:-}" == "--race" ]]; then
     svg=${4:-$dir/race.svg}
     d=$(python3 -c "import numpy as np, sys; print(int(np.fromfile(sys.argv[1], dtype='<i4', count=1)[0]))" "$dir/base.fvecs")
     fs_nlists=${FS_NLISTS:-"256 1024"}
-    fs_ms=${FS_MS:-"$((d / 4)) $((d / 2))"}
-    fs_nprobes=${FS_NPROBES:-2,4,8,16,32,64}
-    fs_reranks=${FS_RERANKS:-2,4,8,16}
+    fs_ms=${FS_MS:-"$((d / 8)) $((d / 4)) $((d / 2))"}
+    fs_nprobes=${FS_NPROBES:-4,8,16,32,64,128,256}
+    fs_reranks=${FS_RERANKS:-2,4,8,16,32}
     pq_nlist=${PQ_NLIST:-1024}
     pq_m=${PQ_M:-$((d / 8))}
-    pq_nprobes=${PQ_NPROBES:-4,8,16,32,64}
-    pq_reranks=${PQ_RERANKS:-0,4,8}
-    opq_it=${OPQ_ITERATIONS:-50}
+    pq_nprobes=${PQ_NPROBES:-4,8,16,32,64,128}
+    pq_reranks=${PQ_RERANKS:-0,4,8,16}
+    opq_it=()
+    if [[ -n "${OPQ_ITERATIONS:-}" ]]; then opq_it=(--opq-iterations "$OPQ_ITERATIONS"); fi
     files=(--base "$dir/base.fvecs" --queries "$dir/queries.fvecs" --gt "$dir/gt.ivecs" --k 10 --threads "$threads" --json)
     out="$dir/race.jsonl"
     : > "$out"
@@ -64,11 +65,11 @@ if [[ "${1:-}" == "--race" ]]; then
             pair "$(q "$bin" bench "${files[@]}" --index ivffastscan --nlist "$nlist" --m "$m" --nprobe "$fs_nprobes" --rerank "$fs_reranks")" \
                  "$(q python3 "$here/faiss_compare.py" "${files[@]}" --index ivfpqfs --nlist "$nlist" --m "$m" --nprobe "$fs_nprobes" --rerank "$fs_reranks")"
             note "$bin bench --index ivffastscan --opq --nlist $nlist --m $m"
-            "$bin" bench "${files[@]}" --index ivffastscan --opq --opq-iterations "$opq_it" --nlist "$nlist" --m "$m" \
+            "$bin" bench "${files[@]}" --index ivffastscan --opq "${opq_it[@]}" --nlist "$nlist" --m "$m" \
                 --nprobe "$fs_nprobes" --rerank "$fs_reranks" | tee -a "$out"
         done
     done
-    pair "$(q "$bin" bench "${files[@]}" --index ivfpq --opq --opq-iterations "$opq_it" --nlist "$pq_nlist" --m "$pq_m" --nprobe "$pq_nprobes" --rerank "$pq_reranks")" \
+    pair "$(q "$bin" bench "${files[@]}" --index ivfpq --opq "${opq_it[@]}" --nlist "$pq_nlist" --m "$pq_m" --nprobe "$pq_nprobes" --rerank "$pq_reranks")" \
          "$(q python3 "$here/faiss_compare.py" "${files[@]}" --index ivfpq --opq --nlist "$pq_nlist" --m "$pq_m" --nprobe "$pq_nprobes" --rerank "$pq_reranks")"
     note "race end"
     "$bin" bench-report --results "$out" --svg "$svg" \

@@ -47,9 +47,10 @@ pub struct BenchArgs {
     /// Storage precision of flat vectors / the re-rank store: f32 or f16.
     #[arg(long, default_value = "f16")]
     pub precision: String,
-    /// OPQ outer iterations.
-    #[arg(long, default_value_t = 50)]
-    pub opq_iterations: usize,
+    /// OPQ outer iterations (default: the index kind's, 50 for ivfpq and
+    /// 20 for the fast-scan kinds).
+    #[arg(long)]
+    pub opq_iterations: Option<usize>,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -111,6 +112,25 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         None => build_index(&spec, &base, !a.json)?,
     };
     let bpv = index.as_index().memory_bytes() as f64 / base.rows as f64;
+    // What the rows report: the loaded index's own settings, else the arguments.
+    let (kind, nlist, m, opq) = match &index {
+        dentate_core::AnyIndex::IvfPq(ivf) if a.load.is_some() => {
+            let c = ivf.config();
+            let kind = match (c.codes, c.nlist) {
+                (dentate_core::PqCodes::Pq8, _) => "ivfpq",
+                (dentate_core::PqCodes::FastScan4, 1) => "fastscan",
+                (dentate_core::PqCodes::FastScan4, _) => "ivffastscan",
+            };
+            (kind.to_string(), Some(c.nlist), Some(c.m), c.opq)
+        }
+        dentate_core::AnyIndex::Flat(_) => ("flat".to_string(), None, None, false),
+        _ => (
+            a.index.clone(),
+            Some(if a.index == "fastscan" { 1 } else { a.nlist }),
+            Some(a.m),
+            a.opq,
+        ),
+    };
     let mut rows = Vec::new();
     let mut emit = |nprobe: Option<usize>,
                     rerank: Option<usize>,
@@ -120,10 +140,10 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         let recall = recall_at_k(&res, &truth, a.k);
         let row = serde_json::json!({
             "engine": "dentate",
-            "index": a.index,
-            "nlist": match a.index.as_str() { "flat" => None, "fastscan" => Some(1), _ => Some(a.nlist) },
-            "m": if a.index == "flat" { None } else { Some(a.m) },
-            "opq": a.opq && a.index != "flat",
+            "index": kind,
+            "nlist": nlist,
+            "m": m,
+            "opq": opq,
             "nprobe": nprobe,
             "rerank": rerank,
             "k": a.k,

@@ -83,9 +83,10 @@ pub struct BuildArgs {
     /// Learn an OPQ rotation (ivfpq).
     #[arg(long)]
     pub opq: bool,
-    /// OPQ outer iterations.
-    #[arg(long, default_value_t = 50)]
-    pub opq_iterations: usize,
+    /// OPQ outer iterations (default: the index kind's, 50 for ivfpq and
+    /// 20 for the fast-scan kinds).
+    #[arg(long)]
+    pub opq_iterations: Option<usize>,
     /// f32 or f16 (flat vectors / ivfpq re-rank store).
     #[arg(long, default_value = "f16")]
     pub precision: String,
@@ -249,7 +250,7 @@ pub(crate) struct IndexSpec {
     pub m: usize,
     pub opq: bool,
     pub precision: Precision,
-    pub opq_iterations: usize,
+    pub opq_iterations: Option<usize>,
     pub rerank_store: bool,
 }
 
@@ -267,7 +268,9 @@ pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) 
                 _ => IvfPqConfig::fastscan(spec.nlist, spec.m),
             };
             let mut cfg = cfg.opq(spec.opq);
-            cfg.opq_config.iterations = spec.opq_iterations;
+            if let Some(it) = spec.opq_iterations {
+                cfg.opq_config.iterations = it;
+            }
             cfg.rerank_store = spec.rerank_store.then_some(spec.precision);
             let mut ivf = IvfPqIndex::new(base.cols, cfg)?;
             let pb = spinner(progress, "training");
@@ -351,7 +354,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
             m: 0,
             opq: false,
             precision: prec,
-            opq_iterations: 0,
+            opq_iterations: None,
             rerank_store: false,
         };
         let (idx, build) = build_index(&spec, &base, true)?;
@@ -371,7 +374,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
         m,
         opq: true,
         precision: Precision::F16,
-        opq_iterations: 8,
+        opq_iterations: Some(8),
         rerank_store: true,
     };
     let (idx, build) = build_index(&spec, &base, true)?;

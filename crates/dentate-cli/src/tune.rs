@@ -24,7 +24,7 @@ pub struct TuneArgs {
     /// Neighbours per query.
     #[arg(long, default_value_t = 10)]
     pub k: usize,
-    /// Comma-separated nlist values (default: powers of two from √n/2 to 4√n).
+    /// Comma-separated nlist values (default: powers of two from √n/2 to 8√n).
     #[arg(long)]
     pub nlist: Option<String>,
     /// Comma-separated sub-quantizer counts (default: dim/2 and dim/4).

@@ -1,7 +1,9 @@
 //! SIMD kernels, chosen at run time.
 //!
-//! Two families live here:
+//! Three families live here:
 //! - vector primitives (`dot`, `dot_f16`) used by re-ranking and training;
+//! - the fast-scan shuffle kernels over packed 4-bit codes (`pq4`, see
+//!   [`crate::fastscan`] for the layout);
 //! - the **panel tile kernel**, the engine's one matrix-product kernel. Base
 //!   vectors are stored in *panels* of [`PANEL`] rows laid out
 //!   dimension-major (`panel[j * 16 + lane]` is component `j` of row

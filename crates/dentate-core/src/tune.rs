@@ -27,7 +27,7 @@ pub struct TuneConfig {
     pub target_recall: f64,
     /// Neighbours per query.
     pub k: usize,
-    /// Inverted-list counts; empty: the powers of two from `√n/2` to `4√n`
+    /// Inverted-list counts; empty: the powers of two from `√n/2` to `8√n`
     /// that leave at least 39 vectors per list (and 1 — flat — below 20,000 vectors).
     pub nlists: Vec<usize>,
     /// Sub-quantizer counts; empty: `dim/2` and `dim/4` (sub-vectors of 2
@@ -80,7 +80,7 @@ pub struct TuneTrial {
     pub recall: f64,
     /// recall@k on the held-aside queries (reported, never used to choose).
     pub holdout_recall: f64,
-    /// Queries per second on the tuning queries (one batch, best of up to 5 runs).
+    /// Queries per second on the tuning queries (one batch, [`time_best`]).
     pub qps: f64,
     /// Seconds to train and fill this index.
     pub build_s: f64,
@@ -116,7 +116,7 @@ impl TuneOutcome {
     }
 }
 
-/// Runs `f` once to warm up, then until 0.5 s or 5 runs have passed, and
+/// Runs `f` once to warm up, then until 1 s or 10 runs have passed, and
 /// returns the fastest run's seconds with its result (on a shared, noisy
 /// machine the best run is the least disturbed one). The protocol of
 /// `dentate bench` and of `benches/faiss_compare.py`.
@@ -124,13 +124,13 @@ pub fn time_best<T>(f: &mut dyn FnMut() -> Result<T>) -> Result<(f64, T)> {
     let mut out = f()?;
     let mut best = f64::INFINITY;
     let mut spent = 0.0;
-    for _ in 0..5 {
+    for _ in 0..10 {
         let t = Instant::now();
         out = f()?;
         let s = t.elapsed().as_secs_f64();
         spent += s;
         best = best.min(s);
-        if spent > 0.5 {
+        if spent > 1.0 {
             break;
         }
     }
@@ -317,7 +317,7 @@ pub fn tune_fastscan(
 fn default_nlists(n: usize) -> Vec<usize> {
     let s = (n as f64).sqrt();
     let mut v: Vec<usize> = std::iter::successors(Some(16usize), |p| Some(p * 2))
-        .take_while(|&p| p as f64 <= 4.0 * s)
+        .take_while(|&p| p as f64 <= 8.0 * s)
         .filter(|&p| p as f64 >= s / 2.0 && n / p >= 39)
         .collect();
     if n < 20_000 {

@@ -269,7 +269,7 @@ impl CpuCompute {
         base: &BaseRef<'_>,
         p_lo: usize,
         p_hi: usize,
-        heaps: &mut [TopK],
+        heaps: &mut [Reservoir],
     ) {
         let d = base.panels.dim();
         let qs = &queries[q0 * d..(q0 + nq) * d];
@@ -354,12 +354,12 @@ impl Compute for CpuCompute {
         };
         let per_split = np.div_ceil(splits);
         let tasks: Vec<(usize, usize)> = (0..qblocks).flat_map(|qb| (0..splits).map(move |s| (qb, s))).collect();
-        let partial: Vec<(usize, Vec<TopK>)> = tasks
+        let partial: Vec<(usize, Vec<Reservoir>)> = tasks
             .into_par_iter()
             .map(|(qb, s)| {
                 let q0 = qb * QB;
                 let nqb = (nq - q0).min(QB);
-                let mut heaps = vec![TopK::new(k); nqb];
+                let mut heaps = vec![Reservoir::new(k); nqb];
                 let lo = s * per_split;
                 let hi = ((s + 1) * per_split).min(np);
                 if lo < hi {
@@ -368,13 +368,13 @@ impl Compute for CpuCompute {
                 (qb, heaps)
             })
             .collect();
-        let mut merged: Vec<TopK> = vec![TopK::new(k); nq];
+        let mut merged: Vec<Reservoir> = vec![Reservoir::new(k); nq];
         for (qb, heaps) in partial {
             for (i, h) in heaps.into_iter().enumerate() {
                 merged[qb * QB + i].merge(h);
             }
         }
-        merged.into_iter().map(TopK::into_sorted).collect()
+        merged.into_iter().map(Reservoir::into_sorted).collect()
     }
 
     fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
@@ -519,7 +519,7 @@ impl Compute for CpuCompute {
                 || vec![0f32; m * ksub],
                 |lut, (lists, q)| {
                     pq.table_into(q, lut);
-                    let mut heap = TopK::new(k);
+                    let mut heap = Reservoir::new(k);
                     for list in lists {
                         if ksub == crate::pq::KSUB {
                             adc_scan_list(lut, m, list, ids, alive, &mut heap);
@@ -584,7 +584,7 @@ impl Compute for CpuCompute {
             .enumerate()
             .map(|(qi, rows)| {
                 let q = &queries[qi * d..(qi + 1) * d];
-                let mut heap = TopK::new(k);
+                let mut heap = Reservoir::new(k);
                 // Candidate rows are scattered: fetch a few rows ahead.
                 const AHEAD: usize = 4;
                 for &r in rows.iter().take(AHEAD) {
@@ -649,7 +649,7 @@ fn adc_scan_list_generic(
     list: &ListRef<'_>,
     ids: &[u64],
     alive: &Bitset,
-    heap: &mut TopK,
+    heap: &mut Reservoir,
 ) {
     for (code, &row) in list.codes.chunks_exact(m).zip(list.rows) {
         let s: f32 = code
@@ -669,7 +669,14 @@ fn adc_scan_list_generic(
 
 /// Scans one inverted list with a lookup table, pushing live candidates.
 #[inline]
-pub(crate) fn adc_scan_list(lut: &[f32], m: usize, list: &ListRef<'_>, ids: &[u64], alive: &Bitset, heap: &mut TopK) {
+pub(crate) fn adc_scan_list(
+    lut: &[f32],
+    m: usize,
+    list: &ListRef<'_>,
+    ids: &[u64],
+    alive: &Bitset,
+    heap: &mut Reservoir,
+) {
     // One 256-entry table per sub-quantizer: indexing an `[f32; 256]` with a
     // `u8` needs no bounds check, and zipping tables with code bytes needs none
     // either, so the loop is pure loads and adds.

@@ -147,6 +147,8 @@ pub struct QuantizedTables {
     max_sum: u32,
     /// Scratch: each table's minimum.
     lo: Vec<f32>,
+    /// Scratch: each table's (minimum, maximum).
+    range: Vec<(f32, f32)>,
 }
 
 impl QuantizedTables {
@@ -168,15 +170,16 @@ impl QuantizedTables {
         if !tables.iter().fold(true, |ok, x| ok & x.is_finite()) {
             return Err(Error::param("tables", "non-finite entry"));
         }
-        // Fixed-size rows: each table's loops unroll into whole-register ops.
+        // Fixed-size rows: each table is one AVX-512 register.
         let (rows, _) = tables.as_chunks::<KSUB>();
+        let isa = Isa::active();
         let m2 = padded_m(m);
+        pq4::table_ranges(isa, rows, &mut self.range);
         let mut span_sum = 0f32;
         let mut span_max = 0f32;
         let mut offset = 0f32;
         self.lo.clear();
-        for t in rows {
-            let (mn, mx) = min_max(t);
+        for &(mn, mx) in &self.range {
             self.lo.push(mn);
             offset += mn;
             span_sum += mx - mn;
@@ -190,17 +193,8 @@ impl QuantizedTables {
         self.lut.clear();
         self.lut.resize(16 * m2, 0);
         loop {
-            let mut max_sum = 0u32;
             let (out, _) = self.lut.as_chunks_mut::<KSUB>();
-            for ((t, q), &lo) in rows.iter().zip(out).zip(&self.lo) {
-                let mut v = [0u8; KSUB];
-                for (v, &x) in v.iter_mut().zip(t) {
-                    // ⌊y + ½⌋ of y ∈ [0, 255] (clamped against rounding).
-                    *v = ((x - lo) * a + 0.5).clamp(0.0, 255.0) as i32 as u8;
-                }
-                *q = v;
-                max_sum += u32::from(v.iter().fold(0u8, |a, &b| a.max(b)));
-            }
+            let max_sum = pq4::quantize_tables(isa, rows, &self.lo, a, out);
             if max_sum <= 65535 {
                 self.max_sum = max_sum;
                 break;
@@ -279,15 +273,6 @@ impl QuantizedTables {
         }
         Some(lo)
     }
-}
-
-/// Smallest and largest entry of a (finite) table; compare-and-select, so
-/// it vectorises.
-#[inline]
-fn min_max(t: &[f32; KSUB]) -> (f32, f32) {
-    t.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| {
-        (if x < a { x } else { a }, if x > b { x } else { b })
-    })
 }
 
 /// One inverted list in the packed layout, as the fast-scan kernels take it.

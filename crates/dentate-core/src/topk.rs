@@ -190,10 +190,27 @@ impl Reservoir {
         }
     }
 
+    /// Offers every candidate of another reservoir.
+    pub fn merge(&mut self, other: Reservoir) {
+        for c in other.buf {
+            self.push(c);
+        }
+    }
+
+    /// Number held (up to `2k + 16` before the final cut).
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// The candidates, best first.
     pub fn into_sorted(mut self) -> Vec<Cand> {
+        self.shrink();
         self.buf.sort_unstable_by(rank);
-        self.buf.truncate(self.k);
         self.buf
     }
 }

@@ -57,6 +57,52 @@ pub(crate) fn scan(isa: Isa, lut: &[u8], blocks: &[u8], thr: u16, on_hits: &mut 
     }
 }
 
+/// Each 16-entry table's smallest and largest entry (finite tables), into
+/// `out` (cleared first).
+pub(crate) fn table_ranges(isa: Isa, tables: &[[f32; 16]], out: &mut Vec<(f32, f32)>) {
+    out.clear();
+    out.reserve(tables.len());
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` is produced only after runtime detection.
+        Isa::Avx512 => unsafe { x86::ranges_avx512(tables, out) },
+        _ => out.extend(tables.iter().map(range_generic)),
+    }
+}
+
+/// Smallest and largest entry of a table; compare-and-select.
+fn range_generic(t: &[f32; 16]) -> (f32, f32) {
+    t.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| {
+        (if x < a { x } else { a }, if x > b { x } else { b })
+    })
+}
+
+/// `q = ⌊(x − lo_j)·a + ½⌋` clamped to [0, 255] for every entry of every
+/// table `j`, each operation rounded in f32 as written (no fused
+/// multiply-add, so every path gives the same bytes); returns the sum of
+/// each table's largest `q`.
+pub(crate) fn quantize_tables(isa: Isa, tables: &[[f32; 16]], lo: &[f32], a: f32, out: &mut [[u8; 16]]) -> u32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` is produced only after runtime detection.
+        Isa::Avx512 => unsafe { x86::quantize_avx512(tables, lo, a, out) },
+        _ => quantize_generic(tables, lo, a, out),
+    }
+}
+
+fn quantize_generic(tables: &[[f32; 16]], lo: &[f32], a: f32, out: &mut [[u8; 16]]) -> u32 {
+    let mut sum = 0u32;
+    for ((t, q), &l) in tables.iter().zip(out.iter_mut()).zip(lo) {
+        let mut top = 0u8;
+        for (v, &x) in q.iter_mut().zip(t) {
+            *v = ((x - l) * a + 0.5).clamp(0.0, 255.0) as i32 as u8;
+            top = top.max(*v);
+        }
+        sum += u32::from(top);
+    }
+    sum
+}
+
 /// The 32 sums of one block, portably.
 fn block_sums_scalar(lut: &[u8], block: &[u8], out: &mut [u16; BLOCK]) {
     *out = [0; BLOCK];
@@ -165,6 +211,39 @@ mod x86 {
                 None => false,
             }
         }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn ranges_avx512(tables: &[[f32; 16]], out: &mut Vec<(f32, f32)>) {
+        for t in tables {
+            // SAFETY: a table is exactly 16 f32s, one zmm.
+            let v = unsafe { _mm512_loadu_ps(t.as_ptr()) };
+            out.push((_mm512_reduce_min_ps(v), _mm512_reduce_max_ps(v)));
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn quantize_avx512(tables: &[[f32; 16]], lo: &[f32], a: f32, out: &mut [[u8; 16]]) -> u32 {
+        let (va, half, zero, top) = (
+            _mm512_set1_ps(a),
+            _mm512_set1_ps(0.5),
+            _mm512_setzero_ps(),
+            _mm512_set1_ps(255.0),
+        );
+        let mut sum = 0u32;
+        for ((t, q), &l) in tables.iter().zip(out.iter_mut()).zip(lo) {
+            // SAFETY: a table is exactly 16 f32s; q is 16 bytes.
+            unsafe {
+                let v = _mm512_loadu_ps(t.as_ptr());
+                // Separate sub, mul and add, as the portable path rounds them.
+                let y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, _mm512_set1_ps(l)), va), half);
+                let y = _mm512_min_ps(_mm512_max_ps(y, zero), top);
+                let i = _mm512_cvttps_epi32(y);
+                _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(i));
+                sum += _mm512_reduce_max_epi32(i) as u32;
+            }
+        }
+        sum
     }
 
     #[target_feature(enable = "avx2")]
@@ -380,6 +459,38 @@ mod tests {
             for isa in Isa::available() {
                 assert_eq!(all_sums(isa, &lut, &blocks), want, "{isa:?} m2 {m2}");
             }
+        }
+    }
+
+    #[test]
+    fn table_quantisation_is_identical_on_every_path() {
+        let mut r = Rng::new(6);
+        let tables: Vec<[f32; 16]> = (0..97)
+            .map(|j| {
+                std::array::from_fn(|c| {
+                    if j % 7 == 0 {
+                        0.25
+                    } else {
+                        r.normal() * 0.3 + c as f32 * 1e-3
+                    }
+                })
+            })
+            .collect();
+        let mut want = Vec::new();
+        table_ranges(Isa::Scalar, &tables, &mut want);
+        let lo: Vec<f32> = want.iter().map(|x| x.0).collect();
+        let span = want.iter().map(|x| x.1 - x.0).fold(0f32, f32::max);
+        let a = 255.0 / span;
+        let mut q0 = vec![[0u8; 16]; tables.len()];
+        let s0 = quantize_tables(Isa::Scalar, &tables, &lo, a, &mut q0);
+        assert!(q0.iter().flatten().any(|&x| x == 255));
+        for isa in Isa::available() {
+            let mut got = Vec::new();
+            table_ranges(isa, &tables, &mut got);
+            assert_eq!(got, want, "{isa:?}");
+            let mut q = vec![[0u8; 16]; tables.len()];
+            assert_eq!(quantize_tables(isa, &tables, &lo, a, &mut q), s0, "{isa:?}");
+            assert_eq!(q, q0, "{isa:?}");
         }
     }
 

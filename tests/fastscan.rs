@@ -69,7 +69,7 @@ proptest! {
         dsub in 1usize..4,
         m in 1usize..20,
         sizes in proptest::collection::vec(0usize..90, 1..5),
-        nq in 1usize..4,
+        nq in 1usize..12,
         k in 1usize..40,
         dead in proptest::collection::vec(any::<bool>(), 0..400),
         seed in 0u64..1000,
@@ -95,12 +95,26 @@ proptest! {
         }
         let packed: Vec<Vec<u8>> = lists.iter().map(|(c, _, _)| pack_codes(c, m)).collect();
         let queries = gaussian(nq, dim, seed + 1);
-        let probes: Vec<Vec<PackedListRef<'_>>> = (0..nq)
+        // Each query probes its own subset of the lists, in its own order
+        // (and its own bias), so the chunked scan groups partly shared lists.
+        let picks: Vec<Vec<usize>> = (0..nq)
             .map(|_| {
-                lists.iter().zip(&packed).map(|((_, rows, bias), blocks)| PackedListRef {
-                    blocks,
-                    rows,
-                    bias: *bias,
+                let mut p: Vec<usize> = (0..lists.len()).filter(|_| r.next_u64() % 4 != 0).collect();
+                for i in (1..p.len()).rev() {
+                    p.swap(i, r.below(i + 1));
+                }
+                p
+            })
+            .collect();
+        let biases: Vec<Vec<f32>> = picks.iter().map(|p| p.iter().map(|&l| lists[l].2 + 0.01 * (l % 3) as f32).collect()).collect();
+        let probes: Vec<Vec<PackedListRef<'_>>> = picks
+            .iter()
+            .zip(&biases)
+            .map(|(p, b)| {
+                p.iter().zip(b).map(|(&l, &bias)| PackedListRef {
+                    blocks: &packed[l],
+                    rows: &lists[l].1,
+                    bias,
                 }).collect()
             })
             .collect();
@@ -109,7 +123,12 @@ proptest! {
             let got = c.fastscan_top_k(&queries, &pq, &probes, &ids, &alive, k).unwrap();
             prop_assert_eq!(got.len(), nq);
             for (qi, g) in got.iter().enumerate() {
-                let want = reference(&pq, &queries[qi * dim..(qi + 1) * dim], &lists, &ids, &alive, k);
+                let own: Vec<(Vec<u8>, Vec<u32>, f32)> = picks[qi]
+                    .iter()
+                    .zip(&biases[qi])
+                    .map(|(&l, &bias)| (lists[l].0.clone(), lists[l].1.clone(), bias))
+                    .collect();
+                let want = reference(&pq, &queries[qi * dim..(qi + 1) * dim], &own, &ids, &alive, k);
                 prop_assert_eq!(g, &want, "{:?} query {}", isa, qi);
             }
         }

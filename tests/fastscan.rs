@@ -99,7 +99,7 @@ proptest! {
         // (and its own bias), so the chunked scan groups partly shared lists.
         let picks: Vec<Vec<usize>> = (0..nq)
             .map(|_| {
-                let mut p: Vec<usize> = (0..lists.len()).filter(|_| r.next_u64() % 4 != 0).collect();
+                let mut p: Vec<usize> = (0..lists.len()).filter(|_| !r.next_u64().is_multiple_of(4)).collect();
                 for i in (1..p.len()).rev() {
                     p.swap(i, r.below(i + 1));
                 }

@@ -114,5 +114,46 @@ fn ivfpq_search(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, exact, kmeans_iteration, pq_encode, ivfpq_search);
+/// 4-bit fast-scan against the 8-bit scan at the same code bytes (m = 96
+/// nibbles vs m = 48 bytes), same lists, same probes, no re-ranking: the
+/// scan itself.
+fn fastscan_search(c: &mut Criterion) {
+    let base = data(100_000, 6);
+    let queries = data(1_000, 7);
+    let build = |cfg: IvfPqConfig| {
+        let mut idx = IvfPqIndex::new(DIM, cfg).unwrap();
+        idx.train(&base).unwrap();
+        idx.add(&(0..100_000).collect::<Vec<_>>(), &base).unwrap();
+        idx
+    };
+    let mut pq8 = IvfPqConfig::new(1024, 48);
+    pq8.kmeans_iterations = 10;
+    pq8.pq_iterations = 10;
+    let fs = build(IvfPqConfig::fastscan(1024, 96));
+    let pq8 = build(pq8);
+    let mut g = c.benchmark_group("fastscan_search");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(1_000));
+    for nprobe in [8, 32] {
+        let p = IvfSearchParams { nprobe, rerank: 0 };
+        g.bench_function(
+            BenchmarkId::new("1000q_100k_nlist1024_4bit_m96", format!("np{nprobe}")),
+            |b| b.iter(|| black_box(fs.search_with(black_box(&queries), 10, p).unwrap())),
+        );
+        g.bench_function(
+            BenchmarkId::new("1000q_100k_nlist1024_8bit_m48", format!("np{nprobe}")),
+            |b| b.iter(|| black_box(pq8.search_with(black_box(&queries), 10, p).unwrap())),
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    exact,
+    kmeans_iteration,
+    pq_encode,
+    ivfpq_search,
+    fastscan_search
+);
 criterion_main!(benches);

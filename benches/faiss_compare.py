@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """FAISS side of the side-by-side benchmark against `dentate bench`.
 
-Builds one or more FAISS indexes over a base set, sweeps nprobe, and reports
-recall@k, QPS, build time and an estimate of per-vector index payload. With
---json it prints one JSON object per configuration per line, using exactly the
-same keys as `dentate bench --json`.
+Builds one or more FAISS indexes over a base set, sweeps nprobe and the
+refine factor, and reports recall@k, QPS, build time and an estimate of
+per-vector index payload. With --json it prints one JSON object per
+configuration per line, using exactly the same keys as `dentate bench --json`
+(`dentate bench-report` reads both). --nlist and --m take comma lists: every
+combination is built (the fast-scan race of `benches/compare.sh --race`
+sweeps them).
 
 Similarity is cosine: base and queries are L2-normalised and searched with
 inner product. Depends only on numpy and faiss (pip install faiss-cpu numpy).
@@ -91,16 +94,16 @@ def bytes_per_vector(kind, d, m, refined):
 
 def timed_search(index, queries, k):
     """Same protocol as `dentate bench`: one untimed full warm-up search, then
-    full searches until 0.5 s or 5 runs have passed; the fastest run counts
+    full searches until 1 s or 10 runs have passed; the fastest run counts
     (on a shared, noisy machine the best run is the least disturbed one)."""
     _, ids = index.search(queries, k)
     best, spent = float("inf"), 0.0
-    for _ in range(5):
+    for _ in range(10):
         t0 = time.perf_counter()
         _, ids = index.search(queries, k)
         dt = time.perf_counter() - t0
         best, spent = min(best, dt), spent + dt
-        if spent > 0.5:
+        if spent > 1.0:
             break
     return ids, len(queries) / best
 
@@ -117,14 +120,14 @@ def run_flat(base, queries, gt, args, common):
     yield dict(common, index="flat", factory="IndexFlatIP", nlist=None, m=None,
                opq=False, nprobe=None, rerank=None,
                recall_at_k=recall_at_k(ids, gt, args.k), qps=qps, build_s=build_s,
-               bytes_per_vector=bytes_per_vector("flat", d, args.m, False))
+               bytes_per_vector=bytes_per_vector("flat", d, 0, False))
 
 
-def run_ivf(kind, base, queries, gt, args, common):
+def run_ivf(kind, base, queries, gt, args, common, nlist, m):
     d = base.shape[1]
-    opq = f"OPQ{args.m}," if args.opq else ""
-    pq = f"PQ{args.m}x4fs" if kind == "ivfpqfs" else f"PQ{args.m}"
-    factory = f"{opq}IVF{args.nlist},{pq}"
+    opq = f"OPQ{m}," if args.opq else ""
+    pq = f"PQ{m}x4fs" if kind == "ivfpqfs" else f"PQ{m}"
+    factory = f"{opq}IVF{nlist},{pq}"
     # ivfpq re-ranks only on request; fast-scan always re-ranks (default 4x).
     reranks = args.rerank if (any(args.rerank) or kind == "ivfpq") else [4]
     refined = any(r > 0 for r in reranks)
@@ -156,9 +159,9 @@ def run_ivf(kind, base, queries, gt, args, common):
         for p in args.nprobe:
             ivf.nprobe = p
             ids, qps = timed_search(target, queries, args.k)
-            yield dict(common, index=kind, factory=name, nprobe=p, rerank=rerank,
+            yield dict(common, index=kind, factory=name, nlist=nlist, m=m, nprobe=p, rerank=rerank,
                        recall_at_k=recall_at_k(ids, gt, args.k), qps=qps, build_s=build_s,
-                       bytes_per_vector=bytes_per_vector(kind, d, args.m, refined))
+                       bytes_per_vector=bytes_per_vector(kind, d, m, refined))
 
 
 # ----------------------------------------------------------------------- CLI
@@ -175,8 +178,8 @@ def parse_args():
     ap.add_argument("--queries", required=True, help="query vectors (.fvecs or .npy)")
     ap.add_argument("--gt", help="ground-truth neighbour ids (.ivecs or .npy); exact IndexFlatIP if omitted")
     ap.add_argument("--index", default="flat,ivfpq", help="comma list of flat,ivfpq,ivfpqfs (default: flat,ivfpq)")
-    ap.add_argument("--nlist", type=int, default=1024, help="IVF lists (default 1024)")
-    ap.add_argument("--m", type=int, default=16, help="PQ sub-quantisers (default 16)")
+    ap.add_argument("--nlist", type=int_list, default=[1024], help="comma list of IVF list counts (default 1024)")
+    ap.add_argument("--m", type=int_list, default=[16], help="comma list of PQ sub-quantiser counts (default 16)")
     ap.add_argument("--opq", action="store_true", help="prefix factory with OPQ{m}")
     ap.add_argument("--nprobe", type=int_list, default=[1, 4, 16, 64], help="comma list (default 1,4,16,64)")
     ap.add_argument("--rerank", type=int_list, default=[0], help="comma list of IndexRefineFlat k_factor; 0 = none (ivfpqfs defaults to 4)")
@@ -188,7 +191,7 @@ def parse_args():
     bad = [s for s in args.index if s not in INDEX_KINDS]
     if bad or not args.index:
         die(f"--index: unknown kind(s) {bad}; choose from {','.join(INDEX_KINDS)}")
-    if min([args.k, args.nlist, args.m, args.threads] + args.nprobe) <= 0 or min(args.rerank) < 0:
+    if min([args.k, args.threads] + args.nlist + args.m + args.nprobe) <= 0 or min(args.rerank) < 0:
         die("--k, --nlist, --m, --threads and --nprobe must be positive; --rerank >= 0")
     return args
 
@@ -220,10 +223,10 @@ def main():
     if args.k > n:
         die(f"k={args.k} is larger than the base size n={n}")
     ivf_kinds = [s for s in args.index if s != "flat"]
-    if ivf_kinds and d % args.m != 0:
-        die(f"d={d} is not divisible by m={args.m} (required by PQ/OPQ)")
-    if ivf_kinds and n < args.nlist:
-        die(f"nlist={args.nlist} exceeds the base size n={n}")
+    if ivf_kinds and any(d % m != 0 for m in args.m):
+        die(f"d={d} is not divisible by every m in {args.m} (required by PQ/OPQ)")
+    if ivf_kinds and n < max(args.nlist):
+        die(f"nlist={max(args.nlist)} exceeds the base size n={n}")
     faiss.normalize_L2(base)  # in place; cosine == inner product on unit vectors
     faiss.normalize_L2(queries)
     faiss.omp_set_num_threads(args.threads)
@@ -238,12 +241,16 @@ def main():
         exact.add(base)
         gt = exact.search(queries, args.k)[1]
 
-    common = dict(engine="faiss", nlist=args.nlist, m=args.m, opq=args.opq,
-                  k=args.k, threads=args.threads, n=n, d=d, nq=nq)
+    common = dict(engine="faiss", opq=args.opq, k=args.k, threads=args.threads, n=n, d=d, nq=nq)
     rows = []
+    gens = []
     for kind in args.index:
-        gen = (run_flat(base, queries, gt, args, common) if kind == "flat"
-               else run_ivf(kind, base, queries, gt, args, common))
+        if kind == "flat":
+            gens.append(run_flat(base, queries, gt, args, common))
+        else:
+            gens += [run_ivf(kind, base, queries, gt, args, common, nlist, m)
+                     for nlist in args.nlist for m in args.m]
+    for gen in gens:
         for row in gen:
             row = {key: row[key] for key in KEYS}
             if args.json:

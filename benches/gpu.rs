@@ -100,32 +100,39 @@ fn kmeans_step(c: &mut Criterion) {
     g.finish();
 }
 
-fn ivfpq(c: &mut Criterion) {
+/// IVF search with 8-bit codes (ADC scan) and 4-bit fast-scan codes at the
+/// same code bytes (48 per vector), re-ranked from f16 vectors.
+fn ivf(c: &mut Criterion) {
     let n = n().min(100_000);
     let base = data(n, 4);
     let queries = data(1_000, 5);
     let ids: Vec<u64> = (0..n as u64).collect();
-    let mut cfg = IvfPqConfig::new((n / 400).clamp(16, 256), 48);
-    cfg.kmeans_iterations = 10;
-    cfg.pq_iterations = 10;
-    let mut idx = IvfPqIndex::new(DIM, cfg).expect("config");
-    idx.set_compute(Arc::new(CpuCompute::default()));
-    idx.train(&base[..n.min(50_000) * DIM]).expect("train");
-    idx.add(&ids, &base).expect("add");
-    let mut g = c.benchmark_group("backend_ivfpq_nprobe16_rerank4");
-    g.sample_size(10);
-    g.throughput(Throughput::Elements(1_000));
-    for (name, b) in backends() {
-        let mut i = idx.clone();
-        i.set_compute(b);
-        let p = IvfSearchParams { nprobe: 16, rerank: 4 };
-        black_box(i.search_with(&queries[..DIM], 10, p).expect("search"));
-        g.bench_function(BenchmarkId::new(format!("1000x{n}x384"), &name), |bench| {
-            bench.iter(|| black_box(i.search_with(black_box(&queries), 10, p).expect("search")))
-        });
+    let nlist = (n / 400).clamp(16, 256);
+    for (group, mut cfg) in [
+        ("backend_ivfpq_nprobe16_rerank4", IvfPqConfig::new(nlist, 48)),
+        ("backend_fastscan_nprobe16_rerank4", IvfPqConfig::fastscan(nlist, 96)),
+    ] {
+        cfg.kmeans_iterations = 10;
+        cfg.pq_iterations = 10;
+        let mut idx = IvfPqIndex::new(DIM, cfg).expect("config");
+        idx.set_compute(Arc::new(CpuCompute::default()));
+        idx.train(&base[..n.min(50_000) * DIM]).expect("train");
+        idx.add(&ids, &base).expect("add");
+        let mut g = c.benchmark_group(group);
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(1_000));
+        for (name, b) in backends() {
+            let mut i = idx.clone();
+            i.set_compute(b);
+            let p = IvfSearchParams { nprobe: 16, rerank: 4 };
+            black_box(i.search_with(&queries[..DIM], 10, p).expect("search"));
+            g.bench_function(BenchmarkId::new(format!("1000x{n}x384"), &name), |bench| {
+                bench.iter(|| black_box(i.search_with(black_box(&queries), 10, p).expect("search")))
+            });
+        }
+        g.finish();
     }
-    g.finish();
 }
 
-criterion_group!(benches, exact, kmeans_step, ivfpq);
+criterion_group!(benches, exact, kmeans_step, ivf);
 criterion_main!(benches);

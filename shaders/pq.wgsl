@@ -1,12 +1,14 @@
 // Product quantization: per-query lookup tables, the ADC scan over the
-// probed inverted lists with a per-thread top-k, and exact re-ranking of
-// candidates from the stored vectors. Partial lists are reduced by the
+// probed inverted lists with a per-thread top-k, the 4-bit fast-scan over
+// packed blocks, and exact re-ranking of candidates from the stored vectors. Partial lists are reduced by the
 // merge pass of topk.wgsl (`Cand`, `better`, NONE and NEG come from
 // common.wgsl, which the host puts in front of both).
 //
 // The host prepends:
 //   K     slots per top-k list
-//   M     sub-quantizers (code bytes per entry)
+//   M     sub-quantizers (code bytes per entry); for `fastscan` the padded
+//         count m2 (m rounded up to even)
+//   FW    u32 words of one query's u8 fast-scan tables (4·m2; 1 otherwise)
 //   DSUB  dimensions per sub-quantizer
 //   W     u32 words per stored code (⌈M/4⌉)
 //   LUT   0: table in workgroup memory (f32), 1: in workgroup memory as f16
@@ -47,6 +49,9 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> gtables: array<f32>;
 @group(0) @binding(10) var<storage, read> store: array<u32>;
 @group(0) @binding(11) var<storage, read> cands: array<u32>;
+// Fast-scan: per query (scale, offset, _, _) as f32 bits, then its FW words
+// of u8 tables (table j at bytes 16j..16j+16).
+@group(0) @binding(12) var<storage, read> qluts: array<u32>;
 
 // Table entry (j, c) = <q_j, codebook_j[c]>.
 fn table_entry(qi: u32, e: u32) -> f32 {
@@ -212,4 +217,82 @@ fn rerank(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
         insert(&top, s, row);
     }
     write_list(&top, (qi * P.lists + P.list0 + li) * K);
+}
+
+// ---- 4-bit fast-scan -------------------------------------------------
+//
+// Blocks are the core's layout byte for byte (dentate_core::fastscan): a
+// block of 32 entries is 16·M bytes = 4·M words; byte 16j + i holds
+// sub-quantizer j of entry i (low nibble) and of entry i + 16 (high
+// nibble). A probe's first slot is a multiple of 32, so its first block is
+// slot / 32.
+
+var<workgroup> flut: array<u32, FW>;
+
+fn flut_read(j: u32, c: u32) -> u32 {
+    let e = 16u * j + c;
+    return (flut[e / 4u] >> (8u * (e % 4u))) & 0xffu;
+}
+
+// Offers entry `e` of a probed list with table sum `sum`: the score is
+// bias + (offset + scale · sum) in f32, as QuantizedTables::score.
+fn fs_offer(top: ptr<function, array<Slot, K>>, pr: vec4<u32>, e: u32, sum: u32, scale: f32, offset: f32) {
+    if e >= pr.y {
+        return;
+    }
+    let s = bitcast<f32>(pr.z) + (offset + scale * f32(sum));
+    if (*top)[K - 1u].r != NONE && s < (*top)[K - 1u].s {
+        return;
+    }
+    let row = slot_rows[pr.x + e];
+    if !is_alive(row) {
+        return;
+    }
+    insert(top, s, row);
+}
+
+// One workgroup per query: its u8 tables into workgroup memory, then its
+// threads stride over (block, byte column) pairs of every probed list —
+// one word load per sub-quantizer gives the codes of two entries (i and
+// i + 16) — summing table bytes in u32 (exact, the host bounds the sum by
+// 65535) and keeping a per-thread top-K, written as one partial list.
+@compute @workgroup_size(WG)
+fn fastscan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    var top: array<Slot, K>;
+    for (var i = 0u; i < K; i += 1u) {
+        top[i] = Slot(NEG, NONE);
+    }
+    let qb = (P.q0 + q) * (FW + 4u);
+    if q < P.nq {
+        for (var e = li; e < FW; e += WG) {
+            flut[e] = qluts[qb + 4u + e];
+        }
+    }
+    workgroupBarrier();
+    if q >= P.nq {
+        return;
+    }
+    let scale = bitcast<f32>(qluts[qb]);
+    let offset = bitcast<f32>(qluts[qb + 1u]);
+    for (var p = 0u; p < P.nprobe; p += 1u) {
+        let pr = probes[(P.q0 + q) * P.nprobe + p];
+        let pairs = (pr.y + 31u) / 32u * 16u;
+        for (var t = li; t < pairs; t += WG) {
+            let b = t / 16u;
+            let i = t % 16u;
+            let wbase = (pr.x / 32u + b) * (4u * M) + i / 4u;
+            let sh = 8u * (i % 4u);
+            var s0 = 0u;
+            var s1 = 0u;
+            for (var j = 0u; j < M; j += 1u) {
+                let byte = (codes[wbase + 4u * j] >> sh) & 0xffu;
+                s0 += flut_read(j, byte & 15u);
+                s1 += flut_read(j, byte >> 4u);
+            }
+            fs_offer(&top, pr, b * 32u + i, s0, scale, offset);
+            fs_offer(&top, pr, b * 32u + i + 16u, s1, scale, offset);
+        }
+    }
+    write_list(&top, ((P.q0 + q) * WG + li) * K);
 }

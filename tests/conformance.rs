@@ -292,6 +292,68 @@ mod cases {
         check(&got, &want, "compacted");
     }
 
+    /// 4-bit fast-scan through IVF and flat fast-scan indexes trained once:
+    /// odd and even sub-quantizer counts (the padding group), many k and
+    /// re-rank settings, then appends (partial blocks filled in place, lists
+    /// outgrowing their device slots), deletes and a compaction. The tables
+    /// are the host's, so sums are exact and scores equal to f32 rounding.
+    pub fn fastscan(backend: Arc<dyn Compute>) {
+        for (dim, nlist, m) in [(32, 24, 16), (30, 16, 15), (24, 1, 12)] {
+            let n = 3_000;
+            let data = synth(n, dim, 30, 61 + dim as u64);
+            let ids = wide_ids(n, 8);
+            let queries = synth(40, dim, 30, 62);
+            let mut cfg = IvfPqConfig::fastscan(nlist, m);
+            cfg.kmeans_iterations = 8;
+            cfg.pq_iterations = 8;
+            let mut want = IvfPqIndex::new(dim, cfg).unwrap();
+            want.set_compute(Arc::new(reference()));
+            want.train(&data[..2_000 * dim]).unwrap();
+            want.add(&ids[..1_000], &data[..1_000 * dim]).unwrap();
+            let mut got = want.clone();
+            got.set_compute(backend.clone());
+            let check = |got: &IvfPqIndex, want: &IvfPqIndex, stage: &str| {
+                for (nprobe, rerank, k) in [(1, 0, 10), (4, 0, 10), (8, 4, 10), (16, 0, 100), (6, 8, 1)] {
+                    let p = IvfSearchParams { nprobe, rerank };
+                    let to = |v: Vec<Vec<dentate::Hit>>| -> Vec<Vec<Cand>> {
+                        v.into_iter()
+                            .map(|l| {
+                                l.into_iter()
+                                    .map(|h| Cand {
+                                        score: h.score,
+                                        id: h.id,
+                                        row: 0,
+                                    })
+                                    .collect()
+                            })
+                            .collect()
+                    };
+                    let g = to(got.search_with(&queries, k, p).unwrap());
+                    let w = to(want.search_with(&queries, k, p).unwrap());
+                    let what = format!("fast-scan m={m} nlist={nlist} {stage} nprobe={nprobe} rerank={rerank} k={k}");
+                    assert_same(&g, &w, 1e-5, &what);
+                }
+            };
+            check(&got, &want, "trained");
+            // Appends of 7 rows leave partial blocks to be filled in place;
+            // 2,000 more rows outgrow the device slots of every list.
+            for (a, b) in [(1_000, 1_007), (1_007, 3_000)] {
+                for idx in [&mut want, &mut got] {
+                    idx.add(&ids[a..b], &data[a * dim..b * dim]).unwrap();
+                }
+                check(&got, &want, &format!("{b} rows"));
+            }
+            for idx in [&mut want, &mut got] {
+                idx.remove(&ids[..300]);
+            }
+            check(&got, &want, "deleted");
+            for idx in [&mut want, &mut got] {
+                idx.compact();
+            }
+            check(&got, &want, "compacted");
+        }
+    }
+
     /// Re-ranking directly: f32 and f16 stores, an odd dimension, duplicate
     /// candidates, candidate lists of different lengths.
     pub fn rerank(backend: Arc<dyn Compute>) {
@@ -418,6 +480,10 @@ macro_rules! conformance {
                 run(cases::rerank)
             }
             #[test]
+            fn fastscan() {
+                run(cases::fastscan)
+            }
+            #[test]
             fn salience() {
                 run(cases::salience)
             }
@@ -474,6 +540,12 @@ mod gpu_chunked {
     fn rerank() {
         if let Some(b) = chunked() {
             cases::rerank(b);
+        }
+    }
+    #[test]
+    fn fastscan() {
+        if let Some(b) = chunked() {
+            cases::fastscan(b);
         }
     }
 }

@@ -4,7 +4,9 @@
 mod common;
 use common::*;
 use dentate::io::HEADER_LEN;
-use dentate::{AnyIndex, Error, FlatIndex, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
+use dentate::{
+    AnyIndex, Error, FlatIndex, Index, IndexKind, IvfPqConfig, IvfPqIndex, IvfSearchParams, PqCodes, Precision,
+};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -26,10 +28,10 @@ fn fixture_flat() -> FlatIndex {
     idx
 }
 
-fn fixture_ivf() -> IvfPqIndex {
-    let dim = 8;
-    let data = synth(300, dim, 6, 2025);
-    let mut cfg = IvfPqConfig::new(4, 4).opq(true);
+/// 300 synthetic vectors (seed `seed`) in an IVF index of `cfg`, briefly
+/// trained, id 7 removed.
+fn small_ivf(dim: usize, mut cfg: IvfPqConfig, seed: u64) -> IvfPqIndex {
+    let data = synth(300, dim, 6, seed);
     cfg.opq_config.iterations = 2;
     cfg.kmeans_iterations = 5;
     cfg.pq_iterations = 5;
@@ -40,14 +42,32 @@ fn fixture_ivf() -> IvfPqIndex {
     idx
 }
 
-/// Writes the fixtures when `DENTATE_WRITE_FIXTURES=1` (only when a format
-/// version is added on purpose; the old files must stay).
+fn fixture_ivf() -> IvfPqIndex {
+    small_ivf(8, IvfPqConfig::new(4, 4).opq(true), 2025)
+}
+
+/// 4-bit fast-scan with OPQ and an odd number of sub-quantizers (3 of
+/// dimension 4, so blocks carry a padding sub-quantizer), 300 vectors in 4
+/// lists (partial last blocks), one removed.
+fn fixture_fastscan() -> IvfPqIndex {
+    small_ivf(12, IvfPqConfig::fastscan(4, 3).opq(true), 2026)
+}
+
+/// Writes the fixtures that do not exist yet when
+/// `DENTATE_WRITE_FIXTURES=1` (when a format version or an index kind is
+/// added on purpose; existing files are never rewritten).
 #[test]
 fn write_fixtures_on_request() {
     if std::env::var("DENTATE_WRITE_FIXTURES").as_deref() == Ok("1") {
         std::fs::create_dir_all(fixture("")).unwrap();
-        fixture_flat().save(&fixture("flat_v1.dnt")).unwrap();
-        fixture_ivf().save(&fixture("ivfpq_v1.dnt")).unwrap();
+        let write = |name: &str, index: &dyn Index| {
+            if !fixture(name).exists() {
+                index.save(&fixture(name)).unwrap();
+            }
+        };
+        write("flat_v1.dnt", &fixture_flat());
+        write("ivfpq_v1.dnt", &fixture_ivf());
+        write("fastscan_v1.dnt", &fixture_fastscan());
     }
 }
 
@@ -85,6 +105,39 @@ fn v1_ivfpq_fixture_loads_and_answers() {
 }
 
 #[test]
+fn v1_fastscan_fixture_loads_and_answers() {
+    let bytes = std::fs::read(fixture("fastscan_v1.dnt")).unwrap();
+    let loaded = IvfPqIndex::load(&fixture("fastscan_v1.dnt")).expect("format v1 fastscan fixture must load");
+    assert_eq!(loaded.kind(), IndexKind::FastScan);
+    assert_eq!(loaded.codes(), PqCodes::FastScan4);
+    assert_eq!(loaded.len(), 299);
+    assert!(loaded.config().opq);
+    assert_eq!(loaded.config().m, 3);
+    assert!(!loaded.contains(7));
+    let data = synth(300, 12, 6, 2026);
+    // Every stored vector finds itself after exact re-ranking.
+    let res = loaded
+        .search_with(&data[12 * 10..12 * 30], 1, IvfSearchParams { nprobe: 4, rerank: 300 })
+        .unwrap();
+    for (i, hits) in res.iter().enumerate() {
+        assert_eq!(hits[0].id, 10 + i as u64);
+    }
+    // Same answers as a freshly built index from the same data and seed,
+    // also on the 4-bit scores alone.
+    let fresh = fixture_fastscan();
+    let q = synth(8, 12, 6, 9);
+    for rerank in [0, 4] {
+        let p = IvfSearchParams { nprobe: 2, rerank };
+        assert_eq!(
+            ids(&loaded.search_with(&q, 5, p).unwrap()),
+            ids(&fresh.search_with(&q, 5, p).unwrap())
+        );
+    }
+    assert!(matches!(AnyIndex::from_bytes(&bytes).unwrap(), AnyIndex::IvfPq(i) if i.codes() == PqCodes::FastScan4));
+    assert_eq!(loaded.to_bytes(), bytes);
+}
+
+#[test]
 fn round_trips_preserve_everything() {
     let dir = tempfile::tempdir().unwrap();
     let flat = fixture_flat();
@@ -117,10 +170,12 @@ fn round_trips_preserve_everything() {
 #[test]
 fn corrupt_and_truncated_files_are_errors() {
     let good = fixture_ivf().to_bytes();
-    // Every truncation point.
-    for cut in (0..good.len()).step_by(97).chain([good.len() - 1, 7, 31, 32]) {
-        let r = AnyIndex::from_bytes(&good[..cut]);
-        assert!(r.is_err(), "truncated at {cut} loaded");
+    // Every truncation point, of both code widths.
+    for bytes in [&good, &fixture_fastscan().to_bytes()] {
+        for cut in (0..bytes.len()).step_by(97).chain([bytes.len() - 1, 7, 31, 32]) {
+            let r = AnyIndex::from_bytes(&bytes[..cut]);
+            assert!(r.is_err(), "truncated at {cut} loaded");
+        }
     }
     assert!(matches!(AnyIndex::from_bytes(&good[..20]), Err(Error::Truncated(_))));
     assert!(matches!(
@@ -210,6 +265,37 @@ fn consistent_checksums_but_bad_structure_is_corrupt() {
     assert!(corrupt(&reseal(&ivf, &x)));
     // Dropping the last byte of the payload (and resealing) is structural too.
     assert!(corrupt(&reseal(&ivf, &p[..p.len() - 1])));
+    // An 8-bit payload under the fast-scan kind: its 256-entry codebooks do
+    // not have the 16-entry length.
+    let mut as_fastscan = ivf.clone();
+    as_fastscan[12..16].copy_from_slice(&4u32.to_le_bytes());
+    assert!(corrupt(&reseal(&as_fastscan, p)));
+    // Fast-scan payload: dim @0, nlist @4, m @8; list codes must be whole blocks.
+    let fs = fixture_fastscan().to_bytes();
+    let p = &fs[HEADER_LEN..];
+    let mut x = p.to_vec();
+    x[8..12].copy_from_slice(&5u32.to_le_bytes()); // m does not divide 12
+    assert!(corrupt(&reseal(&fs, &x)));
+    let mut x = p.to_vec();
+    x[8..12].copy_from_slice(&6u32.to_le_bytes()); // divides, but codebooks are for 3
+    assert!(corrupt(&reseal(&fs, &x)));
+    // Shorten a list's codes by one block: the length prefix no longer
+    // matches its rows. The list is found by its rows' length prefix
+    // followed, 4·rows bytes later, by its codes' length prefix.
+    let sizes = fixture_fastscan().list_sizes();
+    let rows = *sizes.iter().find(|&&s| s > 32).expect("a list longer than one block");
+    let rows_len = (rows as u64).to_le_bytes();
+    let codes_len = (dentate::fastscan::packed_len(rows, 3) as u64).to_le_bytes();
+    let at = (0..p.len() - 8)
+        .find(|&i| p[i..i + 8] == rows_len && p.get(i + 8 + 4 * rows..i + 16 + 4 * rows) == Some(&codes_len[..]))
+        .expect("list found");
+    let mut x = p.to_vec();
+    let off = at + 8 + 4 * rows;
+    let one_block = dentate::fastscan::block_bytes(3);
+    x[off..off + 8].copy_from_slice(&((dentate::fastscan::packed_len(rows, 3) - one_block) as u64).to_le_bytes());
+    assert!(corrupt(&reseal(&fs, &x)));
+    // Wrong kind for the typed loaders.
+    assert!(matches!(FlatIndex::from_bytes(&fs), Err(Error::WrongKind { .. })));
 }
 
 fn crc32fast_hash(b: &[u8]) -> u32 {

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use dentate::data::recall_at_k;
-use dentate::{Error, FlatIndex, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
+use dentate::{Error, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
 
 fn build(base: &[f32], dim: usize, cfg: IvfPqConfig) -> IvfPqIndex {
     let mut idx = IvfPqIndex::new(dim, cfg).unwrap();
@@ -25,20 +25,13 @@ fn full_probe_and_full_rerank_equals_exact_search() {
     cfg.kmeans_iterations = 10;
     cfg.pq_iterations = 8;
     let ivf = build(&base, dim, cfg);
-    let mut flat = FlatIndex::new(dim);
-    flat.add(&(0..n as u64).collect::<Vec<_>>(), &base).unwrap();
     let k = 10;
     // rerank factor so large that every vector is a candidate.
     let got = ivf
         .search_with(&queries, k, IvfSearchParams { nprobe: 8, rerank: n })
         .unwrap();
-    let want = flat.search(&queries, k).unwrap();
-    assert_eq!(ids(&got), ids(&want));
-    for (g, w) in got.iter().zip(&want) {
-        for (a, b) in g.iter().zip(w) {
-            assert!((a.score - b.score).abs() < 1e-5);
-        }
-    }
+    let want = exact_index(&base, dim).search(&queries, k).unwrap();
+    assert_same_hits(&got, &want, 1e-5);
 }
 
 /// Documented settings: 20,000 clustered 64-d vectors (200 clusters, spread
@@ -53,9 +46,7 @@ fn recall_at_10_reaches_095_with_rerank() {
     cfg.kmeans_iterations = 15;
     cfg.pq_iterations = 15;
     let ivf = build(base, dim, cfg);
-    let mut flat = FlatIndex::new(dim);
-    flat.add(&(0..n as u64).collect::<Vec<_>>(), base).unwrap();
-    let truth = ids(&flat.search(queries, 10).unwrap());
+    let truth = exact_ids(base, dim, queries, 10);
     let approx = ivf
         .search_with(queries, 10, IvfSearchParams { nprobe: 16, rerank: 8 })
         .unwrap();

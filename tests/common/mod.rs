@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use dentate::data::{SynthConfig, clustered};
-use dentate::{Hit, rng::Rng};
+use dentate::{FlatIndex, Hit, Index, rng::Rng};
 
 /// Clustered unit vectors (deterministic).
 pub fn synth(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
@@ -47,4 +47,27 @@ pub fn naive(base: &[f32], ids: &[u64], queries: &[f32], dim: usize, k: usize) -
 /// Ids of each result list.
 pub fn ids(res: &[Vec<Hit>]) -> Vec<Vec<u64>> {
     res.iter().map(|v| v.iter().map(|h| h.id).collect()).collect()
+}
+
+/// An exact f32 index of `base` (row-major, `dim` wide) with ids = row numbers.
+pub fn exact_index(base: &[f32], dim: usize) -> FlatIndex {
+    let mut flat = FlatIndex::new(dim);
+    flat.add(&(0..(base.len() / dim) as u64).collect::<Vec<_>>(), base)
+        .unwrap();
+    flat
+}
+
+/// The exact top-k ids of each query over `base`.
+pub fn exact_ids(base: &[f32], dim: usize, queries: &[f32], k: usize) -> Vec<Vec<u64>> {
+    ids(&exact_index(base, dim).search(queries, k).unwrap())
+}
+
+/// Same ids in the same order, and scores within `tol`.
+pub fn assert_same_hits(got: &[Vec<Hit>], want: &[Vec<Hit>], tol: f32) {
+    assert_eq!(ids(got), ids(want));
+    for (g, w) in got.iter().zip(want) {
+        for (a, b) in g.iter().zip(w) {
+            assert!((a.score - b.score).abs() < tol, "{} vs {}", a.score, b.score);
+        }
+    }
 }

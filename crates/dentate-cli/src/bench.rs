@@ -19,22 +19,23 @@ pub struct BenchArgs {
     /// base vectors. Computed exactly when absent.
     #[arg(long)]
     pub gt: Option<PathBuf>,
-    /// Index kind: flat or ivfpq.
+    /// Index kind: flat, ivfpq (8-bit codes), fastscan (flat 4-bit
+    /// fast-scan) or ivffastscan (IVF + 4-bit fast-scan).
     #[arg(long, default_value = "ivfpq")]
     pub index: String,
-    /// Inverted lists (ivfpq).
+    /// Inverted lists (ivfpq, ivffastscan).
     #[arg(long, default_value_t = 1024)]
     pub nlist: usize,
-    /// PQ sub-quantizers, bytes per code (ivfpq).
+    /// PQ sub-quantizers (ivfpq: bytes per vector; fast-scan: half a byte each).
     #[arg(long, default_value_t = 16)]
     pub m: usize,
-    /// Learn an OPQ rotation (ivfpq).
+    /// Learn an OPQ rotation (ivfpq, fast-scan).
     #[arg(long)]
     pub opq: bool,
-    /// Comma-separated nprobe values to sweep (ivfpq).
+    /// Comma-separated nprobe values to sweep (ivfpq, ivffastscan).
     #[arg(long, default_value = "1,4,16,64")]
     pub nprobe: String,
-    /// Comma-separated re-rank factors to sweep (ivfpq; 0 = off).
+    /// Comma-separated re-rank factors to sweep (0 = off).
     #[arg(long, default_value = "0")]
     pub rerank: String,
     /// Neighbours per query.
@@ -46,12 +47,17 @@ pub struct BenchArgs {
     /// Storage precision of flat vectors / the re-rank store: f32 or f16.
     #[arg(long, default_value = "f16")]
     pub precision: String,
-    /// OPQ outer iterations.
-    #[arg(long, default_value_t = 50)]
-    pub opq_iterations: usize,
+    /// OPQ outer iterations (default: the index kind's, 50 for ivfpq and
+    /// 20 for the fast-scan kinds).
+    #[arg(long)]
+    pub opq_iterations: Option<usize>,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Search this saved index (`dentate index build --output`) instead of
+    /// building one; its build time is then not known (reported as 0).
+    #[arg(long)]
+    pub load: Option<PathBuf>,
 }
 
 /// Runs the benchmark.
@@ -73,7 +79,12 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
     }
     let precision: Precision = a.precision.parse()?;
     let truth = load_truth(a.gt.as_deref(), &base, &queries, a.k, !a.json)?;
-    let nprobes = parse_list(&a.nprobe, "nprobe")?;
+    // A flat fast-scan index has one list: nprobe does not apply.
+    let nprobes = if a.index == "fastscan" {
+        vec![1]
+    } else {
+        parse_list(&a.nprobe, "nprobe")?
+    };
     let reranks = parse_list(&a.rerank, "rerank")?;
     let spec = crate::commands::IndexSpec {
         kind: a.index.clone(),
@@ -84,9 +95,43 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         opq_iterations: a.opq_iterations,
         rerank_store: reranks.iter().any(|&r| r > 0),
     };
-    let (index, build_s) = build_index(&spec, &base, !a.json)?;
+    let (index, build_s) = match &a.load {
+        Some(path) => {
+            let index = dentate_core::AnyIndex::load(path)?;
+            if index.as_index().dim() != base.cols {
+                return Err(format!(
+                    "{} holds {}-d vectors, the base {}-d",
+                    path.display(),
+                    index.as_index().dim(),
+                    base.cols
+                )
+                .into());
+            }
+            (index, 0.0)
+        }
+        None => build_index(&spec, &base, !a.json)?,
+    };
     let bpv = index.as_index().memory_bytes() as f64 / base.rows as f64;
     let backend = dentate_core::default_compute().name();
+    // What the rows report: the loaded index's own settings, else the arguments.
+    let (kind, nlist, m, opq) = match &index {
+        dentate_core::AnyIndex::IvfPq(ivf) if a.load.is_some() => {
+            let c = ivf.config();
+            let kind = match (c.codes, c.nlist) {
+                (dentate_core::PqCodes::Pq8, _) => "ivfpq",
+                (dentate_core::PqCodes::FastScan4, 1) => "fastscan",
+                (dentate_core::PqCodes::FastScan4, _) => "ivffastscan",
+            };
+            (kind.to_string(), Some(c.nlist), Some(c.m), c.opq)
+        }
+        dentate_core::AnyIndex::Flat(_) => ("flat".to_string(), None, None, false),
+        _ => (
+            a.index.clone(),
+            Some(if a.index == "fastscan" { 1 } else { a.nlist }),
+            Some(a.m),
+            a.opq,
+        ),
+    };
     let mut rows = Vec::new();
     let mut emit = |nprobe: Option<usize>,
                     rerank: Option<usize>,
@@ -96,10 +141,10 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         let recall = recall_at_k(&res, &truth, a.k);
         let row = serde_json::json!({
             "engine": "dentate",
-            "index": a.index,
-            "nlist": if a.index == "flat" { None } else { Some(a.nlist) },
-            "m": if a.index == "flat" { None } else { Some(a.m) },
-            "opq": a.opq && a.index != "flat",
+            "index": kind,
+            "nlist": nlist,
+            "m": m,
+            "opq": opq,
             "nprobe": nprobe,
             "rerank": rerank,
             "k": a.k,
@@ -135,7 +180,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
     }
     if !a.json {
         println!(
-            "{:<7} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10} {:>11} {:>9} {:>10}",
+            "{:<11} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10} {:>11} {:>9} {:>10}",
             "index", "nlist", "m", "opq", "nprobe", "rerank", "recall@k", "QPS", "build s", "bytes/vec"
         );
         let dash = |v: &serde_json::Value| {
@@ -143,7 +188,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         };
         for r in &rows {
             println!(
-                "{:<7} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10.4} {:>11.1} {:>9.3} {:>10.1}",
+                "{:<11} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10.4} {:>11.1} {:>9.3} {:>10.1}",
                 r["index"].as_str().unwrap_or(""),
                 dash(&r["nlist"]),
                 dash(&r["m"]),

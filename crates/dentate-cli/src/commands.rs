@@ -4,7 +4,7 @@ use crate::embedcmd::{EmbedderArgs, embed_all, make_embedder};
 use clap::{Args, Subcommand};
 use dentate_core::data::{Matrix, SynthConfig, clustered, read_f32, read_i64, recall_at_k, write_fvecs, write_ivecs};
 use dentate_core::{
-    AnyIndex, FlatIndex, Hit, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, LexicalIndex, Precision,
+    AnyIndex, FlatIndex, Hit, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, LexicalIndex, PqCodes, Precision,
     hybrid_search,
 };
 use dentate_memory::Retriever;
@@ -69,25 +69,28 @@ pub struct BuildArgs {
     /// Index file to write.
     #[arg(long)]
     pub output: PathBuf,
-    /// flat or ivfpq.
+    /// flat, ivfpq (8-bit codes), fastscan (flat 4-bit fast-scan) or
+    /// ivffastscan (IVF + 4-bit fast-scan).
     #[arg(long, default_value = "ivfpq")]
     pub index: String,
-    /// Inverted lists (ivfpq).
+    /// Inverted lists (ivfpq, ivffastscan).
     #[arg(long, default_value_t = 1024)]
     pub nlist: usize,
-    /// PQ bytes per vector (ivfpq).
+    /// PQ sub-quantizers: bytes per vector for ivfpq, half a byte each for
+    /// the fast-scan kinds.
     #[arg(long, default_value_t = 16)]
     pub m: usize,
     /// Learn an OPQ rotation (ivfpq).
     #[arg(long)]
     pub opq: bool,
-    /// OPQ outer iterations.
-    #[arg(long, default_value_t = 50)]
-    pub opq_iterations: usize,
+    /// OPQ outer iterations (default: the index kind's, 50 for ivfpq and
+    /// 20 for the fast-scan kinds).
+    #[arg(long)]
+    pub opq_iterations: Option<usize>,
     /// f32 or f16 (flat vectors / ivfpq re-rank store).
     #[arg(long, default_value = "f16")]
     pub precision: String,
-    /// Keep no vectors for re-ranking (ivfpq; smallest index).
+    /// Keep no vectors for re-ranking (ivfpq, fast-scan; smallest index).
     #[arg(long)]
     pub no_rerank_store: bool,
     #[command(flatten)]
@@ -237,6 +240,9 @@ fn add_bar(show: bool, n: usize) -> ProgressBar {
     pb
 }
 
+/// The index kinds `--index` accepts.
+pub(crate) const INDEX_KINDS: &str = "flat, ivfpq, fastscan or ivffastscan";
+
 /// What index to build.
 pub(crate) struct IndexSpec {
     pub kind: String,
@@ -244,7 +250,7 @@ pub(crate) struct IndexSpec {
     pub m: usize,
     pub opq: bool,
     pub precision: Precision,
-    pub opq_iterations: usize,
+    pub opq_iterations: Option<usize>,
     pub rerank_store: bool,
 }
 
@@ -255,9 +261,16 @@ pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) 
     let t0 = Instant::now();
     let mut index = match spec.kind.as_str() {
         "flat" => AnyIndex::Flat(FlatIndex::with_precision(base.cols, spec.precision)),
-        "ivfpq" => {
-            let mut cfg = IvfPqConfig::new(spec.nlist, spec.m).opq(spec.opq);
-            cfg.opq_config.iterations = spec.opq_iterations;
+        "ivfpq" | "fastscan" | "ivffastscan" => {
+            let cfg = match spec.kind.as_str() {
+                "ivfpq" => IvfPqConfig::new(spec.nlist, spec.m),
+                "fastscan" => IvfPqConfig::flat_fastscan(spec.m),
+                _ => IvfPqConfig::fastscan(spec.nlist, spec.m),
+            };
+            let mut cfg = cfg.opq(spec.opq);
+            if let Some(it) = spec.opq_iterations {
+                cfg.opq_config.iterations = it;
+            }
             cfg.rerank_store = spec.rerank_store.then_some(spec.precision);
             let mut ivf = IvfPqIndex::new(base.cols, cfg)?;
             let pb = spinner(progress, "training");
@@ -265,7 +278,7 @@ pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) 
             pb.finish_and_clear();
             AnyIndex::IvfPq(ivf)
         }
-        other => return Err(format!("unknown index kind `{other}` (flat or ivfpq)").into()),
+        other => return Err(format!("unknown index kind `{other}` ({INDEX_KINDS})").into()),
     };
     let pb = add_bar(progress, base.rows);
     let chunk = 20_000;
@@ -277,29 +290,10 @@ pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) 
     Ok((index, t0.elapsed().as_secs_f64()))
 }
 
-/// Runs `f` after a warm-up until 0.5 s or 5 runs have passed, and returns
-/// the fastest run's seconds and its result (shared, noisy machines: the
-/// best run is the least disturbed one).
+/// Seconds of the fastest of several runs of `f` after a warm-up, and its
+/// result ([`dentate_core::tune::time_best`]'s protocol).
 pub(crate) fn timed_best<T>(f: &dyn Fn() -> dentate_core::Result<T>) -> Res<(f64, T)> {
-    let _ = f()?;
-    let mut best = f64::INFINITY;
-    let mut spent = 0.0;
-    let mut out = None;
-    for _ in 0..5 {
-        let t = Instant::now();
-        let r = f()?;
-        let s = t.elapsed().as_secs_f64();
-        spent += s;
-        if s < best {
-            best = s;
-        }
-        out = Some(r);
-        if spent > 0.5 {
-            break;
-        }
-    }
-    let out = out.ok_or("no run")?;
-    Ok((best.max(1e-9), out))
+    Ok(dentate_core::tune::time_best(&mut || f())?)
 }
 
 pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
@@ -360,7 +354,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
             m: 0,
             opq: false,
             precision: prec,
-            opq_iterations: 0,
+            opq_iterations: None,
             rerank_store: false,
         };
         let (idx, build) = build_index(&spec, &base, true)?;
@@ -380,7 +374,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
         m,
         opq: true,
         precision: Precision::F16,
-        opq_iterations: 8,
+        opq_iterations: Some(8),
         rerank_store: true,
     };
     let (idx, build) = build_index(&spec, &base, true)?;
@@ -623,7 +617,14 @@ pub(crate) fn index(c: IndexCommand) -> Res<()> {
                         c.nlist,
                         sizes.iter().max().unwrap_or(&0)
                     );
-                    println!("m:             {} bytes per code", c.m);
+                    match c.codes {
+                        PqCodes::Pq8 => println!("m:             {} (8-bit codes, {} bytes per vector)", c.m, c.m),
+                        PqCodes::FastScan4 => println!(
+                            "m:             {} (4-bit fast-scan codes, {} bytes per vector in blocks of 32)",
+                            c.m,
+                            dentate_core::fastscan::block_bytes(c.m) / 32
+                        ),
+                    }
                     println!("opq:           {}", c.opq);
                     println!("re-rank store: {:?}", c.rerank_store);
                     println!("defaults:      nprobe {}, rerank {}", c.nprobe, c.rerank);

@@ -9,7 +9,7 @@ use plotters::prelude::*;
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Line colours (the Tableau 10 palette), distinct on white.
-const COLORS: [RGBColor; 10] = [
+pub(crate) const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),

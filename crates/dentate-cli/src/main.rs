@@ -5,7 +5,9 @@ mod commands;
 mod embedcmd;
 mod evalplot;
 mod memcmd;
+mod report;
 mod rustdocs;
+mod tune;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -30,6 +32,12 @@ enum Command {
     Quickstart(commands::QuickstartArgs),
     /// Measure recall@k, QPS, build time and bytes per vector on vector files.
     Bench(bench::BenchArgs),
+    /// Summarise `bench --json` and `benches/faiss_compare.py --json` rows:
+    /// QPS at recall targets with same-run ratios, and a recall–QPS SVG.
+    BenchReport(report::ReportArgs),
+    /// Search nlist / m / nprobe / re-rank of a fast-scan index for the
+    /// highest QPS that reaches a recall target (checked on held-aside queries).
+    Tune(tune::TuneArgs),
     /// Build, search and inspect index files.
     #[command(subcommand)]
     Index(commands::IndexCommand),
@@ -95,6 +103,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Quickstart(a) => commands::quickstart(&a),
         Command::Bench(a) => bench::run(&a),
+        Command::BenchReport(a) => report::run(&a),
+        Command::Tune(a) => tune::run(&a),
         Command::Index(c) => commands::index(c),
         Command::Search(a) => commands::index(commands::IndexCommand::Search(a)),
         Command::Data(c) => commands::data(c),

@@ -107,42 +107,25 @@ fn bench_json_has_the_documented_keys_and_reaches_recall() {
     assert!(r["nprobe"].is_null());
 }
 
-#[test]
-fn index_build_search_info_round_trip() {
-    let dir = tempfile::tempdir().unwrap();
-    synth(dir.path(), 3000, 16);
-    let idx = dir.path().join("i.dnt");
+/// Builds an index with `args` over `dir/base.fvecs`, checks that `index
+/// info` shows every line of `expect`, and that the first five base rows,
+/// as queries, find themselves first.
+fn build_inspect_and_find_self(dir: &Path, dim: usize, args: &[&str], expect: &[&str]) {
+    let idx = dir.join("i.dnt");
     run_ok(
         dentate()
-            .args([
-                "index",
-                "build",
-                "--index",
-                "ivfpq",
-                "--nlist",
-                "16",
-                "--m",
-                "4",
-                "--opq",
-                "--opq-iterations",
-                "2",
-                "--input",
-            ])
-            .arg(dir.path().join("base.fvecs"))
+            .args(["index", "build"])
+            .args(args)
+            .arg("--input")
+            .arg(dir.join("base.fvecs"))
             .arg("--output")
             .arg(&idx),
     );
     let info = run_ok(dentate().args(["index", "info", "--index"]).arg(&idx));
-    assert!(
-        info.contains("kind:          ivfpq")
-            && info.contains("live vectors:  3000")
-            && info.contains("opq:           true"),
-        "{info}"
-    );
-    // Searching with base rows as queries finds each row first.
-    let base = dentate_core::data::read_f32(&dir.path().join("base.fvecs")).unwrap();
-    let qpath = dir.path().join("q.fvecs");
-    dentate_core::data::write_fvecs(&qpath, &base.data[..16 * 5], 16).unwrap();
+    assert!(expect.iter().all(|e| info.contains(e)), "{info}");
+    let base = dentate_core::data::read_f32(&dir.join("base.fvecs")).unwrap();
+    let qpath = dir.join("q.fvecs");
+    dentate_core::data::write_fvecs(&qpath, &base.data[..dim * 5], dim).unwrap();
     let out = run_ok(
         dentate()
             .args([
@@ -157,6 +140,186 @@ fn index_build_search_info_round_trip() {
         assert_eq!(v["query"], i);
         assert_eq!(v["ids"][0], i, "{line}");
     }
+}
+
+#[test]
+fn index_build_search_info_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 3000, 16);
+    build_inspect_and_find_self(
+        dir.path(),
+        16,
+        &[
+            "--index",
+            "ivfpq",
+            "--nlist",
+            "16",
+            "--m",
+            "4",
+            "--opq",
+            "--opq-iterations",
+            "2",
+        ],
+        &["kind:          ivfpq", "live vectors:  3000", "opq:           true"],
+    );
+}
+
+/// Fast-scan through the CLI: bench (IVF and flat), index build/info/search,
+/// tune and bench-report with its SVG.
+#[test]
+fn fastscan_bench_index_tune_and_report() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 8000, 32);
+    let p = |f: &str| dir.path().join(f);
+    let files = |c: &mut Command| {
+        c.arg("--base")
+            .arg(p("base.fvecs"))
+            .arg("--queries")
+            .arg(p("queries.fvecs"));
+    };
+    let mut c = dentate();
+    c.args([
+        "bench",
+        "--index",
+        "ivffastscan",
+        "--nlist",
+        "32",
+        "--m",
+        "16",
+        "--nprobe",
+        "1,8",
+        "--rerank",
+        "0,10",
+        "--threads",
+        "2",
+        "--json",
+        "--gt",
+    ])
+    .arg(p("gt.ivecs"));
+    files(&mut c);
+    let out = run_ok(&mut c);
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 4);
+    assert!(
+        rows.iter()
+            .all(|r| r["index"] == "ivffastscan" && r["nlist"] == 32 && r["m"] == 16)
+    );
+    let recall = |r: &serde_json::Value| r["recall_at_k"].as_f64().unwrap();
+    let best = rows.iter().map(recall).fold(0.0, f64::max);
+    assert!(best >= 0.95, "best recall {best}");
+    // Re-ranking beats the 4-bit scores alone at the same nprobe.
+    assert!(recall(&rows[3]) > recall(&rows[1]), "{rows:?}");
+    // Flat fast-scan: one list, nprobe does not apply.
+    let mut c = dentate();
+    c.args([
+        "bench", "--index", "fastscan", "--m", "16", "--nprobe", "1,8", "--rerank", "10", "--json",
+    ]);
+    files(&mut c);
+    let out = run_ok(&mut c);
+    let flat: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(flat.len(), 1);
+    assert_eq!(flat[0]["nlist"], 1);
+    assert!(recall(&flat[0]) >= 0.95, "{}", flat[0]);
+
+    // Build, inspect, search.
+    build_inspect_and_find_self(
+        dir.path(),
+        32,
+        &["--index", "ivffastscan", "--nlist", "16", "--m", "8"],
+        &["kind:          fastscan", "4-bit fast-scan", "live vectors:  8000"],
+    );
+
+    // Tune: the chosen setting reaches the target on the tuning queries and
+    // is saved with its nprobe and re-rank factor as defaults.
+    let tuned = p("tuned.dnt");
+    let mut c = dentate();
+    c.args([
+        "tune",
+        "--target-recall",
+        "0.9",
+        "--nlist",
+        "16,32",
+        "--m",
+        "16",
+        "--rerank",
+        "0,8",
+        "--json",
+        "--output",
+    ])
+    .arg(&tuned);
+    files(&mut c);
+    let out = run_ok(&mut c);
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let chosen = &last["chosen"];
+    assert!(chosen["recall_at_k"].as_f64().unwrap() >= 0.9, "{last}");
+    assert!(chosen["holdout_recall_at_k"].as_f64().is_some(), "{last}");
+    assert_eq!(last["split"], serde_json::json!([25, 25]));
+    let info = run_ok(dentate().args(["index", "info", "--index"]).arg(&tuned));
+    assert!(
+        info.contains(&format!(
+            "defaults:      nprobe {}, rerank {}",
+            chosen["nprobe"], chosen["rerank"]
+        )),
+        "{info}\n{chosen}"
+    );
+    // An unreachable target is an error with exit code 2.
+    let mut c = dentate();
+    c.args([
+        "tune",
+        "--target-recall",
+        "1.0",
+        "--nlist",
+        "32",
+        "--m",
+        "16",
+        "--nprobe",
+        "1",
+        "--rerank",
+        "0",
+    ]);
+    files(&mut c);
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no setting reached"));
+
+    // The report: Dentate's rows plus two rows in the FAISS script's format.
+    let results = p("results.jsonl");
+    let faiss = [
+        r#"{"engine": "faiss", "index": "ivfpqfs", "nlist": 32, "m": 16, "opq": false, "nprobe": 8, "rerank": 10, "k": 10, "threads": 2, "recall_at_k": 0.999, "qps": 10.0, "build_s": 1.0, "bytes_per_vector": 136, "n": 8000, "d": 32, "nq": 50}"#,
+        r#"{"engine": "faiss", "index": "flat", "nlist": null, "m": null, "opq": false, "nprobe": null, "rerank": null, "k": 10, "threads": 2, "recall_at_k": 1.0, "qps": 5.0, "build_s": 0.1, "bytes_per_vector": 128, "n": 8000, "d": 32, "nq": 50}"#,
+    ];
+    std::fs::write(
+        &results,
+        format!(
+            "# a comment line\n{out_rows}\n{}\n",
+            faiss.join("\n"),
+            out_rows = rows.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("\n")
+        ),
+    )
+    .unwrap();
+    let svg = p("race.svg");
+    let report = run_ok(
+        dentate()
+            .args(["bench-report", "--targets", "0.9,0.999", "--results"])
+            .arg(&results)
+            .arg("--svg")
+            .arg(&svg),
+    );
+    assert!(
+        report.contains("recall@10 ≥ 0.90") && report.contains("Dentate fast-scan + re-rank"),
+        "{report}"
+    );
+    assert!(
+        report.contains("faiss IVF,PQx4fs + RefineFlat") && report.contains("faiss IndexFlatIP"),
+        "{report}"
+    );
+    assert!(report.contains("Best QPS: Dentate"), "{report}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("Dentate fast-scan"),
+        "{}",
+        &svg[..200.min(svg.len())]
+    );
 }
 
 #[test]

@@ -11,10 +11,12 @@
 //! other than by appending, so a cache keyed on it stays valid while the
 //! index only grows.
 
+use crate::error::Result;
+use crate::fastscan::{PackedListRef, QuantizedTables, scan_list};
 use crate::pq::ProductQuantizer;
 use crate::salience::SalienceParams;
 use crate::simd::{Isa, PANEL, Panels, RowMajor, tile_scores};
-use crate::topk::{Cand, TopK};
+use crate::topk::{Cand, Reservoir, TopK};
 use crate::vector::Bitset;
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -62,7 +64,10 @@ impl<'a> BaseRef<'a> {
 pub struct InvList {
     /// Global row of each entry.
     pub rows: Vec<u32>,
-    /// `rows.len() × m` 8-bit codes, row-major.
+    /// The codes: `rows.len() × m` bytes row-major for 8-bit codes
+    /// ([`Compute::adc_top_k`]), or `packed_len(rows.len(), m)` bytes of
+    /// 32-entry blocks for 4-bit fast-scan codes ([`Compute::fastscan_top_k`],
+    /// layout in [`crate::fastscan`]).
     pub codes: Vec<u8>,
 }
 
@@ -127,24 +132,7 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     /// `<x, c> − ‖c‖²/2 = (‖x‖² − ‖x − c‖²) / 2`, from which callers recover
     /// the squared distance as `‖x‖² − 2·score`.
     fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
-        let bias: Option<Vec<f32>> = match metric {
-            Metric::Cosine => None,
-            Metric::L2 => Some(
-                centroids
-                    .to_rows()
-                    .chunks_exact(centroids.dim().max(1))
-                    .map(|c| -0.5 * c.iter().map(|x| x * x).sum::<f32>())
-                    .collect(),
-            ),
-        };
-        let base = BaseRef {
-            bias: bias.as_deref(),
-            ..BaseRef::plain(centroids)
-        };
-        let res = self.top_k(points, base, 1);
-        res.into_iter()
-            .map(|v| v.first().map_or((0, f32::NEG_INFINITY), |c| (c.row, c.score)))
-            .unzip()
+        assign_by_top_k(self, points, centroids, metric)
     }
 
     /// Full product `a · bᵀ`: `out[i * b.len() + j] = <a_i, b_j>`.
@@ -173,6 +161,26 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
         k: usize,
     ) -> Vec<Vec<Cand>>;
 
+    /// Fast-scan of 4-bit codes: for each (rotated) query, its lookup tables
+    /// against `pq`'s 16-centroid codebooks quantised to u8 by
+    /// [`QuantizedTables`], summed in u16 over the packed blocks of its
+    /// probed lists (layout in [`crate::fastscan`]); the `k` best live
+    /// candidates, scored `bias + (offset + scale · sum)`, ties by smaller
+    /// id. Every backend must return exactly these candidates. Fails when
+    /// `pq` does not have 16 centroids per sub-quantizer or a query is not
+    /// finite.
+    #[allow(clippy::too_many_arguments)]
+    fn fastscan_top_k(
+        &self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        lists: InvertedRef<'_>,
+        probes: &[Vec<Probe>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Result<Vec<Vec<Cand>>>;
+
     /// Exact re-ranking: each query's candidate rows scored against the stored
     /// vectors; the `k` best, ties by id.
     fn rerank(
@@ -189,6 +197,40 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
 
     /// The `count` live rows with the lowest score, lowest first (ties by id).
     fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32>;
+}
+
+/// [`Compute::assign`] through [`Compute::top_k`] with k = 1 (the
+/// provided implementation).
+fn assign_by_top_k<C: Compute + ?Sized>(
+    c: &C,
+    points: &[f32],
+    centroids: &Panels,
+    metric: Metric,
+) -> (Vec<u32>, Vec<f32>) {
+    let bias = l2_bias(centroids, metric);
+    let base = BaseRef {
+        bias: bias.as_deref(),
+        ..BaseRef::plain(centroids)
+    };
+    c.top_k(points, base, 1)
+        .into_iter()
+        .map(|v| v.first().map_or((0, f32::NEG_INFINITY), |c| (c.row, c.score)))
+        .unzip()
+}
+
+/// The per-centroid bias that turns inner-product argmax into nearest by
+/// L2 (`-‖c‖²/2`); `None` for cosine.
+fn l2_bias(centroids: &Panels, metric: Metric) -> Option<Vec<f32>> {
+    match metric {
+        Metric::Cosine => None,
+        Metric::L2 => Some(
+            centroids
+                .to_rows()
+                .chunks_exact(centroids.dim().max(1))
+                .map(|c| -0.5 * c.iter().map(|x| x * x).sum::<f32>())
+                .collect(),
+        ),
+    }
 }
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
@@ -286,7 +328,7 @@ impl CpuCompute {
         base: &BaseRef<'_>,
         p_lo: usize,
         p_hi: usize,
-        heaps: &mut [TopK],
+        heaps: &mut [Reservoir],
     ) {
         let d = base.panels.dim();
         let qs = &queries[q0 * d..(q0 + nq) * d];
@@ -371,12 +413,12 @@ impl Compute for CpuCompute {
         };
         let per_split = np.div_ceil(splits);
         let tasks: Vec<(usize, usize)> = (0..qblocks).flat_map(|qb| (0..splits).map(move |s| (qb, s))).collect();
-        let partial: Vec<(usize, Vec<TopK>)> = tasks
+        let partial: Vec<(usize, Vec<Reservoir>)> = tasks
             .into_par_iter()
             .map(|(qb, s)| {
                 let q0 = qb * QB;
                 let nqb = (nq - q0).min(QB);
-                let mut heaps = vec![TopK::new(k); nqb];
+                let mut heaps = vec![Reservoir::new(k); nqb];
                 let lo = s * per_split;
                 let hi = ((s + 1) * per_split).min(np);
                 if lo < hi {
@@ -385,13 +427,36 @@ impl Compute for CpuCompute {
                 (qb, heaps)
             })
             .collect();
-        let mut merged: Vec<TopK> = vec![TopK::new(k); nq];
+        let mut merged: Vec<Reservoir> = vec![Reservoir::new(k); nq];
         for (qb, heaps) in partial {
             for (i, h) in heaps.into_iter().enumerate() {
                 merged[qb * QB + i].merge(h);
             }
         }
-        merged.into_iter().map(TopK::into_sorted).collect()
+        merged.into_iter().map(Reservoir::into_sorted).collect()
+    }
+
+    fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
+        let d = centroids.dim();
+        if d == 0 || d > 32 {
+            return assign_by_top_k(self, points, centroids, metric);
+        }
+        // Small dimension (PQ sub-spaces, k-means on them): the fused argmax
+        // kernel straight into two flat vectors, with no per-point candidate
+        // lists (allocating one per point cost more than the arithmetic for
+        // 16-centroid codebooks).
+        let bias = l2_bias(centroids, metric);
+        let parts: Vec<(Vec<u32>, Vec<f32>)> = points
+            .par_chunks(1024 * d)
+            .map(|q| crate::simd::argmax_rows(self.isa, q, centroids, bias.as_deref()))
+            .collect();
+        let mut rows = Vec::with_capacity(points.len() / d);
+        let mut scores = Vec::with_capacity(points.len() / d);
+        for (r, s) in parts {
+            rows.extend(r);
+            scores.extend(s);
+        }
+        (rows, scores)
     }
 
     fn matmul_nt(&self, a: &[f32], b: &Panels) -> Vec<f32> {
@@ -506,20 +571,64 @@ impl Compute for CpuCompute {
         k: usize,
     ) -> Vec<Vec<Cand>> {
         let m = pq.m();
+        let ksub = pq.ksub();
         probes
             .par_iter()
             .zip(queries.par_chunks_exact(pq.dim()))
             .map_init(
-                || vec![0f32; m * 256],
+                || vec![0f32; m * ksub],
                 |lut, (probes, q)| {
                     pq.table_into(q, lut);
-                    let mut heap = TopK::new(k);
+                    let mut heap = Reservoir::new(k);
                     for p in probes {
-                        if let Some(list) = lists.lists.get(p.list as usize) {
+                        let Some(list) = lists.lists.get(p.list as usize) else {
+                            continue;
+                        };
+                        if ksub == crate::pq::KSUB {
                             adc_scan_list(lut, m, list, p.bias, ids, alive, &mut heap);
+                        } else {
+                            adc_scan_list_generic(lut, m, ksub, list, p.bias, ids, alive, &mut heap);
                         }
                     }
                     heap.into_sorted()
+                },
+            )
+            .collect()
+    }
+
+    fn fastscan_top_k(
+        &self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        lists: InvertedRef<'_>,
+        probes: &[Vec<Probe>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Result<Vec<Vec<Cand>>> {
+        crate::fastscan::check_pq(pq)?;
+        let m = pq.m();
+        probes
+            .par_iter()
+            .zip(queries.par_chunks_exact(pq.dim()))
+            .map_init(
+                || (vec![0f32; m * crate::fastscan::KSUB], QuantizedTables::default()),
+                |(table, qt), (probes, q)| {
+                    pq.table_into(q, table);
+                    qt.quantize(table, m)?;
+                    let mut heap = Reservoir::new(k);
+                    for p in probes {
+                        let Some(list) = lists.lists.get(p.list as usize) else {
+                            continue;
+                        };
+                        let list = PackedListRef {
+                            blocks: &list.codes,
+                            rows: &list.rows,
+                            bias: p.bias,
+                        };
+                        scan_list(self.isa, qt, &list, ids, alive, &mut heap);
+                    }
+                    Ok(heap.into_sorted())
                 },
             )
             .collect()
@@ -540,8 +649,16 @@ impl Compute for CpuCompute {
             .enumerate()
             .map(|(qi, rows)| {
                 let q = &queries[qi * d..(qi + 1) * d];
-                let mut heap = TopK::new(k);
-                for &r in rows {
+                let mut heap = Reservoir::new(k);
+                // Candidate rows are scattered: fetch a few rows ahead.
+                const AHEAD: usize = 4;
+                for &r in rows.iter().take(AHEAD) {
+                    store.prefetch_row(r as usize);
+                }
+                for (i, &r) in rows.iter().enumerate() {
+                    if let Some(&next) = rows.get(i + AHEAD) {
+                        store.prefetch_row(next as usize);
+                    }
                     let r = r as usize;
                     heap.push(Cand {
                         score: store.dot_row(r, q),
@@ -589,6 +706,34 @@ fn any_ge(chunk: &[f32], thr: f32) -> bool {
     hit
 }
 
+/// [`adc_scan_list`] for codebooks of any size (`ksub` entries per table).
+#[allow(clippy::too_many_arguments)]
+fn adc_scan_list_generic(
+    lut: &[f32],
+    m: usize,
+    ksub: usize,
+    list: &InvList,
+    bias: f32,
+    ids: &[u64],
+    alive: &Bitset,
+    heap: &mut Reservoir,
+) {
+    for (code, &row) in list.codes.chunks_exact(m).zip(&list.rows) {
+        let s: f32 = code
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| lut[j * ksub + usize::from(c) % ksub])
+            .sum();
+        if alive.get(row as usize) {
+            heap.push(Cand {
+                score: bias + s,
+                id: ids[row as usize],
+                row,
+            });
+        }
+    }
+}
+
 /// Scans one inverted list with a lookup table, pushing live candidates.
 #[inline]
 pub(crate) fn adc_scan_list(
@@ -598,7 +743,7 @@ pub(crate) fn adc_scan_list(
     bias: f32,
     ids: &[u64],
     alive: &Bitset,
-    heap: &mut TopK,
+    heap: &mut Reservoir,
 ) {
     // One 256-entry table per sub-quantizer: indexing an `[f32; 256]` with a
     // `u8` needs no bounds check, and zipping tables with code bytes needs none

@@ -65,7 +65,7 @@ pub trait Index: Send + Sync {
 pub enum AnyIndex {
     /// Exact index.
     Flat(FlatIndex),
-    /// IVF-PQ index.
+    /// IVF-PQ index, 8-bit or 4-bit fast-scan codes (file kinds `ivfpq` and `fastscan`).
     IvfPq(IvfPqIndex),
 }
 
@@ -80,7 +80,7 @@ impl AnyIndex {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         match peek_kind(bytes)? {
             IndexKind::Flat => Ok(AnyIndex::Flat(FlatIndex::from_bytes(bytes)?)),
-            IndexKind::IvfPq => Ok(AnyIndex::IvfPq(IvfPqIndex::from_bytes(bytes)?)),
+            IndexKind::IvfPq | IndexKind::FastScan => Ok(AnyIndex::IvfPq(IvfPqIndex::from_bytes(bytes)?)),
             IndexKind::Lexical => Err(Error::WrongKind {
                 found: "lexical".into(),
                 expected: "a vector index".into(),

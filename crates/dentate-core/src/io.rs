@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `DENTATE\0` |
 //! | 8 | 4 | format version (currently 1) |
-//! | 12 | 4 | index kind (1 = flat, 2 = IVF-PQ) |
+//! | 12 | 4 | index kind (1 = flat, 2 = IVF-PQ, 3 = lexical, 4 = IVF-PQ fast-scan) |
 //! | 16 | 8 | payload length in bytes |
 //! | 24 | 4 | CRC-32 of the payload |
 //! | 28 | 4 | CRC-32 of bytes 0..28 |
@@ -39,6 +39,10 @@ pub enum IndexKind {
     IvfPq,
     /// [`crate::LexicalIndex`] (BM25).
     Lexical,
+    /// [`crate::IvfPqIndex`] with 4-bit fast-scan codes
+    /// ([`crate::PqCodes::FastScan4`]): the IVF-PQ payload with packed blocks
+    /// as list codes and `m × 16 × dsub` codebooks.
+    FastScan,
 }
 
 impl IndexKind {
@@ -47,6 +51,7 @@ impl IndexKind {
             IndexKind::Flat => 1,
             IndexKind::IvfPq => 2,
             IndexKind::Lexical => 3,
+            IndexKind::FastScan => 4,
         }
     }
     fn from_code(c: u32) -> Result<Self> {
@@ -54,6 +59,7 @@ impl IndexKind {
             1 => Ok(IndexKind::Flat),
             2 => Ok(IndexKind::IvfPq),
             3 => Ok(IndexKind::Lexical),
+            4 => Ok(IndexKind::FastScan),
             _ => Err(Error::Corrupt(format!("unknown index kind {c}"))),
         }
     }
@@ -63,6 +69,7 @@ impl IndexKind {
             IndexKind::Flat => "flat",
             IndexKind::IvfPq => "ivfpq",
             IndexKind::Lexical => "lexical",
+            IndexKind::FastScan => "fastscan",
         }
     }
 }

@@ -1,20 +1,28 @@
 //! IVF-PQ: a coarse quantizer of `nlist` spherical centroids, residuals
-//! product-quantized to `m` bytes, optional OPQ rotation in front, optional
+//! product-quantized to `m` codes, optional OPQ rotation in front, optional
 //! exact re-ranking from stored f16/f32 vectors.
 //!
 //! Cosine = inner product on unit vectors, so with residual encoding the
 //! score of `x = c + r` is `<q, c> + <q, r̂>`: one lookup table per query
-//! (`m × 256` inner products) serves every probed list, and `<q, c>` comes
+//! (`m × ksub` inner products) serves every probed list, and `<q, c>` comes
 //! for free from the coarse search. No per-list tables are needed (those are
 //! for L2).
+//!
+//! Two code widths share everything but the scan ([`PqCodes`]): 8-bit codes
+//! (256 centroids per sub-quantizer, row-major, float tables) and 4-bit
+//! **fast-scan** codes (16 centroids, packed in blocks of 32, u8 tables
+//! read with SIMD shuffles; [`crate::fastscan`]). With `nlist = 1` the index
+//! is flat PQ: the one centroid is the mean of the training vectors, so the
+//! codes quantise each vector's offset from it and every query scans them all.
 
 use crate::compute::{BaseRef, Compute, InvList, InvertedRef, Metric, Probe, StoreRef, default_compute, new_uid};
 use crate::error::{Error, Result};
+use crate::fastscan::{pack_entry, packed_len, unpack_entry};
 use crate::index::{Index, check_search};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
 use crate::kmeans::{Init, KMeans, KMeansConfig};
 use crate::opq::{OpqConfig, OpqRotation};
-use crate::pq::{KSUB, PqTrainConfig, ProductQuantizer};
+use crate::pq::{PqTrainConfig, ProductQuantizer, ksub_for};
 use crate::rows::RowTable;
 use crate::simd::{Floats, Panels, RowMajor};
 use crate::topk::{Cand, Hit};
@@ -25,14 +33,48 @@ use std::sync::Arc;
 /// Largest number of inverted lists an index accepts.
 pub const MAX_NLIST: usize = 1 << 22;
 
+/// How residuals are coded and scanned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PqCodes {
+    /// 8-bit codes (256 centroids per sub-quantizer, `m` bytes per vector),
+    /// scanned with float lookup tables.
+    #[default]
+    Pq8,
+    /// 4-bit codes (16 centroids per sub-quantizer, `m/2` bytes per vector)
+    /// packed in blocks of 32 and scanned with u8 tables held in SIMD
+    /// registers (fast-scan, [`crate::fastscan`]); meant to be followed by
+    /// exact re-ranking. Files of this width are [`IndexKind::FastScan`].
+    FastScan4,
+}
+
+impl PqCodes {
+    /// Bits per code.
+    pub fn bits(self) -> u32 {
+        match self {
+            PqCodes::Pq8 => 8,
+            PqCodes::FastScan4 => 4,
+        }
+    }
+    /// The file kind an index of this width is saved as.
+    pub fn kind(self) -> IndexKind {
+        match self {
+            PqCodes::Pq8 => IndexKind::IvfPq,
+            PqCodes::FastScan4 => IndexKind::FastScan,
+        }
+    }
+}
+
 /// Build settings of an [`IvfPqIndex`].
 #[derive(Debug, Clone)]
 pub struct IvfPqConfig {
-    /// Inverted lists (coarse centroids).
+    /// Inverted lists (coarse centroids); 1 = flat PQ.
     pub nlist: usize,
-    /// PQ sub-quantizers = code bytes per vector; must divide the dimension.
+    /// PQ sub-quantizers (codes per vector); must divide the dimension.
     pub m: usize,
-    /// Learn an OPQ rotation before IVF and PQ.
+    /// Code width and scan: 8-bit or 4-bit fast-scan.
+    pub codes: PqCodes,
+    /// Learn an OPQ rotation before IVF and PQ (fitted to PQ codes of this
+    /// index's width, whatever `opq_config.pq_bits` says).
     pub opq: bool,
     /// Keep full vectors in this precision for exact re-ranking (`None`:
     /// keep none; re-ranking is then unavailable).
@@ -46,6 +88,13 @@ pub struct IvfPqConfig {
     pub kmeans_iterations: usize,
     /// Lloyd iterations of each PQ sub-quantizer.
     pub pq_iterations: usize,
+    /// Coarse k-means trains on at most this many points per list (FAISS: 256).
+    pub kmeans_points_per_list: usize,
+    /// Coarse centroids: `true` = spherical k-means (unit centroids), `false`
+    /// = inner-product k-means (centroids are the means of their vectors,
+    /// as FAISS's IVF for inner product), whose shorter residuals PQ codes
+    /// more accurately.
+    pub spherical_coarse: bool,
     /// OPQ training settings.
     pub opq_config: OpqConfig,
     /// Seed of all training randomness.
@@ -53,21 +102,53 @@ pub struct IvfPqConfig {
 }
 
 impl IvfPqConfig {
-    /// Defaults for `nlist` lists and `m` sub-quantizers: no OPQ, f16
+    /// Defaults for `nlist` lists and `m` 8-bit sub-quantizers: no OPQ, f16
     /// re-rank store, nprobe 16, re-rank factor 4.
     pub fn new(nlist: usize, m: usize) -> Self {
         IvfPqConfig {
             nlist,
             m,
+            codes: PqCodes::Pq8,
             opq: false,
             rerank_store: Some(Precision::F16),
             nprobe: 16,
             rerank: 4,
             kmeans_iterations: 25,
             pq_iterations: 25,
+            kmeans_points_per_list: 256,
+            spherical_coarse: true,
             opq_config: OpqConfig::default(),
             seed: 42,
         }
+    }
+
+    /// Defaults for a 4-bit fast-scan index of `nlist` lists and `m`
+    /// sub-quantizers (`m/2` code bytes per vector; `m = dim/2` or `dim/4`
+    /// are the usual choices): f16 re-rank store, nprobe 16, re-rank factor
+    /// 10, 10 coarse k-means iterations (as FAISS's IVF) on at most 64
+    /// points per list, inner-product (not spherical) coarse k-means, OPQ
+    /// (when enabled) with 20 outer iterations on at most 16,384 vectors.
+    pub fn fastscan(nlist: usize, m: usize) -> Self {
+        let mut cfg = IvfPqConfig::new(nlist, m);
+        cfg.codes = PqCodes::FastScan4;
+        cfg.rerank = 10;
+        cfg.kmeans_iterations = 10;
+        cfg.kmeans_points_per_list = 64;
+        cfg.spherical_coarse = false;
+        // 16 centroids per sub-space: a quarter of the 8-bit sample fits
+        // the rotation as well, at a quarter of the cost per iteration.
+        cfg.opq_config.max_train = 16_384;
+        // With re-ranking, recall stops moving after ~20 outer iterations.
+        cfg.opq_config.iterations = 20;
+        cfg
+    }
+
+    /// A flat (single-list) 4-bit fast-scan index: every query scans every
+    /// code, then re-ranks.
+    pub fn flat_fastscan(m: usize) -> Self {
+        let mut cfg = IvfPqConfig::fastscan(1, m);
+        cfg.nprobe = 1;
+        cfg
     }
     /// Enables OPQ.
     pub fn opq(mut self, on: bool) -> Self {
@@ -117,10 +198,13 @@ impl IvfPlan {
     }
 }
 
-/// What the scan ([`Compute::adc_top_k`]) and the re-ranking
+/// What the scan ([`Compute::adc_top_k`] for 8-bit codes,
+/// [`Compute::fastscan_top_k`] for 4-bit ones) and the re-ranking
 /// ([`Compute::rerank`]) of an IVF-PQ search read.
 #[derive(Debug, Clone, Copy)]
 pub struct IvfParts<'a> {
+    /// The code width, which decides the scan and the lists' layout.
+    pub codes: PqCodes,
     /// The product quantizer (its codebooks make the lookup tables).
     pub pq: &'a ProductQuantizer,
     /// The inverted lists.
@@ -133,6 +217,34 @@ pub struct IvfParts<'a> {
     pub store: Option<StoreRef<'a>>,
 }
 
+impl IvfParts<'_> {
+    /// The scan of a planned search on `compute`: the ADC scan or the
+    /// fast-scan, whichever the code width needs; `plan.shortlist`
+    /// candidates per query.
+    pub fn scan(&self, compute: &dyn Compute, plan: &IvfPlan) -> Result<Vec<Vec<Cand>>> {
+        match self.codes {
+            PqCodes::Pq8 => Ok(compute.adc_top_k(
+                &plan.rotated,
+                self.pq,
+                self.lists,
+                &plan.probes,
+                self.ids,
+                self.alive,
+                plan.shortlist,
+            )),
+            PqCodes::FastScan4 => compute.fastscan_top_k(
+                &plan.rotated,
+                self.pq,
+                self.lists,
+                &plan.probes,
+                self.ids,
+                self.alive,
+                plan.shortlist,
+            ),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Trained {
     opq: Option<OpqRotation>,
@@ -143,7 +255,51 @@ struct Trained {
     pq: ProductQuantizer,
 }
 
-/// Approximate cosine search with IVF + (O)PQ + optional exact re-ranking.
+/// The code layout of an inverted list depends on the index's code width
+/// (`rows.len() × m` bytes row-major for 8-bit codes; `packed_len(rows.len(),
+/// m)` bytes of blocks for fast-scan).
+impl InvList {
+    /// Appends a row with its `m` codes in the index's layout.
+    fn push(&mut self, row: u32, code: &[u8], codes: PqCodes) {
+        match codes {
+            PqCodes::Pq8 => self.codes.extend_from_slice(code),
+            PqCodes::FastScan4 => pack_entry(&mut self.codes, code.len(), self.rows.len(), code),
+        }
+        self.rows.push(row);
+    }
+
+    /// The `m` codes of entry `i`.
+    fn code(&self, i: usize, m: usize, codes: PqCodes) -> Vec<u8> {
+        match codes {
+            PqCodes::Pq8 => self.codes[i * m..(i + 1) * m].to_vec(),
+            PqCodes::FastScan4 => unpack_entry(&self.codes, m, i).unwrap_or_default(),
+        }
+    }
+
+    /// Bytes of codes `n` entries take.
+    fn code_len(n: usize, m: usize, codes: PqCodes) -> usize {
+        match codes {
+            PqCodes::Pq8 => n * m,
+            PqCodes::FastScan4 => packed_len(n, m),
+        }
+    }
+}
+
+/// Approximate cosine search with IVF + (O)PQ + optional exact re-ranking,
+/// with 8-bit codes or 4-bit fast-scan codes ([`PqCodes`]).
+///
+/// ```
+/// use dentate_core::{Index, IvfPqConfig, IvfPqIndex, IvfSearchParams};
+/// use dentate_core::data::{clustered, SynthConfig};
+/// let data = clustered(&SynthConfig { n: 2_000, dim: 32, clusters: 20, spread: 0.8, seed: 1 });
+/// // 4-bit fast-scan: 16 lists, 16 sub-quantizers (8 code bytes per vector).
+/// let mut index = IvfPqIndex::new(32, IvfPqConfig::fastscan(16, 16))?;
+/// index.train(&data)?;
+/// index.add(&(0..2_000).collect::<Vec<u64>>(), &data)?;
+/// let hits = index.search_with(&data[..32], 5, IvfSearchParams { nprobe: 4, rerank: 10 })?;
+/// assert_eq!(hits[0][0].id, 0);
+/// # Ok::<(), dentate_core::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct IvfPqIndex {
     dim: usize,
@@ -171,6 +327,7 @@ impl IvfPqIndex {
                 format!("{} does not divide the dimension {dim}", cfg.m),
             ));
         }
+
         if cfg.nprobe == 0 {
             return Err(Error::param("nprobe", "must be at least 1"));
         }
@@ -193,6 +350,11 @@ impl IvfPqIndex {
     /// The build settings.
     pub fn config(&self) -> &IvfPqConfig {
         &self.cfg
+    }
+
+    /// Code width and scan.
+    pub fn codes(&self) -> PqCodes {
+        self.cfg.codes
     }
 
     /// True once trained.
@@ -218,7 +380,8 @@ impl IvfPqIndex {
     /// [`train`](Self::train), reporting each stage's name to `stage`.
     pub fn train_with(&mut self, data: &[f32], stage: &mut dyn FnMut(&str)) -> Result<()> {
         let n = batch_len(data, self.dim)?;
-        let needed = self.cfg.nlist.max(KSUB);
+        let ksub = ksub_for(self.cfg.codes.bits())?;
+        let needed = self.cfg.nlist.max(ksub);
         if n < needed {
             return Err(Error::InsufficientTrainingData { needed, got: n });
         }
@@ -228,7 +391,12 @@ impl IvfPqIndex {
         let lap = |what: &str| log::info!("train: {what} done at {:.2} s", t0.elapsed().as_secs_f64());
         let opq = if self.cfg.opq {
             stage("opq");
-            Some(OpqRotation::train(&x, self.dim, self.cfg.m, &self.cfg.opq_config, c)?)
+            // The rotation is fitted to the codes it serves.
+            let opq_cfg = OpqConfig {
+                pq_bits: self.cfg.codes.bits(),
+                ..self.cfg.opq_config
+            };
+            Some(OpqRotation::train(&x, self.dim, self.cfg.m, &opq_cfg, c)?)
         } else {
             None
         };
@@ -238,25 +406,38 @@ impl IvfPqIndex {
         };
         lap("opq");
         stage("coarse k-means");
-        let km_cfg = KMeansConfig::new(self.cfg.nlist)
-            .spherical(true)
-            .seed(self.cfg.seed)
-            .max_iter(self.cfg.kmeans_iterations)
-            .init(if self.cfg.nlist > 256 {
-                Init::Random
-            } else {
-                Init::PlusPlus
-            });
-        let km = KMeans::train(&x, self.dim, &km_cfg, c)?;
-        let coarse = Panels::from_rows(&km.centroids, self.dim, Precision::F32);
+        let centroids = if self.cfg.nlist == 1 {
+            mean_row(&x, self.dim)
+        } else {
+            let km_cfg = KMeansConfig {
+                max_points_per_centroid: self.cfg.kmeans_points_per_list,
+                ..KMeansConfig::new(self.cfg.nlist)
+                    .spherical(self.cfg.spherical_coarse)
+                    .inner_product(!self.cfg.spherical_coarse)
+                    .seed(self.cfg.seed)
+                    .max_iter(self.cfg.kmeans_iterations)
+                    .init(if self.cfg.nlist > 256 {
+                        Init::Random
+                    } else {
+                        Init::PlusPlus
+                    })
+            };
+            KMeans::train(&x, self.dim, &km_cfg, c)?.centroids
+        };
+        let coarse = Panels::from_rows(&centroids, self.dim, Precision::F32);
         lap("coarse k-means");
         stage("pq");
         let (assign, _) = c.assign(&x, &coarse, Metric::Cosine);
-        let resid = residuals(&x, self.dim, &km.centroids, &assign);
+        let resid = residuals(&x, self.dim, &centroids, &assign);
         let pq_cfg = PqTrainConfig {
             iterations: self.cfg.pq_iterations,
             seed: self.cfg.seed.wrapping_add(1),
-            ..PqTrainConfig::default()
+            bits: self.cfg.codes.bits(),
+            // 16 centroids need far fewer samples than 256: 1,024 each.
+            max_train: match self.cfg.codes {
+                PqCodes::Pq8 => crate::pq::MAX_TRAIN,
+                PqCodes::FastScan4 => 1024 * crate::pq::KSUB4,
+            },
         };
         let pq = ProductQuantizer::train(&resid, self.dim, self.cfg.m, &pq_cfg, c)?;
         lap("pq");
@@ -293,15 +474,7 @@ impl IvfPqIndex {
         let plan = self.plan(queries, k, params)?;
         let t_plan = t0.elapsed();
         let parts = self.parts()?;
-        let cands = c.adc_top_k(
-            &plan.rotated,
-            parts.pq,
-            parts.lists,
-            &plan.probes,
-            parts.ids,
-            parts.alive,
-            plan.shortlist,
-        );
+        let cands = parts.scan(c, &plan)?;
         let t_scan = t0.elapsed();
         let out = match (parts.store, plan.rerank) {
             (Some(store), true) => c.rerank(&plan.queries, store, parts.ids, &IvfPlan::rows(&cands), k),
@@ -375,6 +548,7 @@ impl IvfPqIndex {
     pub fn parts(&self) -> Result<IvfParts<'_>> {
         let t = self.trained()?;
         Ok(IvfParts {
+            codes: self.cfg.codes,
             pq: &t.pq,
             lists: self.inverted(),
             ids: &self.rows.ids,
@@ -423,24 +597,29 @@ impl IvfPqIndex {
             None => {}
         }
         self.rows.write(&mut w);
-        w.finish(IndexKind::IvfPq)
+        w.finish(self.cfg.codes.kind())
     }
 
-    /// Parses a file image.
+    /// Parses a file image of either code width ([`IndexKind::IvfPq`] or
+    /// [`IndexKind::FastScan`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let (kind, mut r) = open(bytes)?;
-        if kind != IndexKind::IvfPq {
-            return Err(Error::WrongKind {
-                found: kind.name().into(),
-                expected: "ivfpq".into(),
-            });
-        }
-        let idx = Self::read(&mut r)?;
+        let codes = match kind {
+            IndexKind::IvfPq => PqCodes::Pq8,
+            IndexKind::FastScan => PqCodes::FastScan4,
+            _ => {
+                return Err(Error::WrongKind {
+                    found: kind.name().into(),
+                    expected: "ivfpq or fastscan".into(),
+                });
+            }
+        };
+        let idx = Self::read(&mut r, codes)?;
         r.finish()?;
         Ok(idx)
     }
 
-    fn read(r: &mut Reader<'_>) -> Result<Self> {
+    fn read(r: &mut Reader<'_>, codes: PqCodes) -> Result<Self> {
         let dim = r.u32()? as usize;
         let nlist = r.u32()? as usize;
         let m = r.u32()? as usize;
@@ -460,6 +639,10 @@ impl IvfPqIndex {
                 r.remaining()
             )));
         }
+        let defaults = match codes {
+            PqCodes::Pq8 => IvfPqConfig::new(nlist, m),
+            PqCodes::FastScan4 => IvfPqConfig::fastscan(nlist, m),
+        };
         let cfg = IvfPqConfig {
             nlist,
             m,
@@ -468,7 +651,7 @@ impl IvfPqIndex {
             nprobe,
             rerank,
             seed,
-            ..IvfPqConfig::new(nlist, m)
+            ..defaults
         };
         let mut idx = IvfPqIndex::new(dim, cfg).map_err(|e| Error::Corrupt(format!("invalid settings: {e}")))?;
         let bad = |what: &str| Error::Corrupt(format!("{what} has the wrong length"));
@@ -494,7 +677,8 @@ impl IvfPqIndex {
                     return Err(bad("coarse centroids"));
                 }
                 let books = r.f32s()?;
-                if books.len() != m * KSUB * (dim / m) {
+                let ksub = ksub_for(codes.bits())?;
+                if books.len() != m * ksub * (dim / m) {
                     return Err(bad("PQ codebooks"));
                 }
                 if coarse.iter().chain(&books).any(|x| !x.is_finite()) {
@@ -504,7 +688,7 @@ impl IvfPqIndex {
                     opq: rot,
                     coarse: Panels::from_rows(&coarse, dim, Precision::F32),
                     coarse_uid: new_uid(),
-                    pq: ProductQuantizer::from_codebooks(dim, m, books),
+                    pq: ProductQuantizer::from_codebooks(dim, m, ksub, books),
                 });
             }
             x => return Err(Error::Corrupt(format!("trained flag {x}"))),
@@ -512,11 +696,11 @@ impl IvfPqIndex {
         let mut lists = Vec::with_capacity(nlist);
         for _ in 0..nlist {
             let rows = r.u32s()?;
-            let codes = r.bytes()?;
-            if codes.len() != rows.len() * m {
+            let bytes = r.bytes()?;
+            if bytes.len() != InvList::code_len(rows.len(), m, codes) {
                 return Err(bad("inverted list codes"));
             }
-            lists.push(InvList { rows, codes });
+            lists.push(InvList { rows, codes: bytes });
         }
         let raw = match store {
             None => None,
@@ -571,6 +755,18 @@ impl IvfPqIndex {
     }
 }
 
+/// The mean of row-major rows (the single centroid of a flat index),
+/// summed in f64 so the result does not depend on thread count.
+fn mean_row(x: &[f32], dim: usize) -> Vec<f32> {
+    let mut sum = vec![0f64; dim];
+    let mut n = 0usize;
+    for row in x.chunks_exact(dim) {
+        sum.iter_mut().zip(row).for_each(|(s, &v)| *s += f64::from(v));
+        n += 1;
+    }
+    sum.iter().map(|s| (s / n.max(1) as f64) as f32).collect()
+}
+
 fn residuals(x: &[f32], dim: usize, centroids: &[f32], assign: &[u32]) -> Vec<f32> {
     let mut out = x.to_vec();
     for (row, &a) in out.chunks_exact_mut(dim).zip(assign) {
@@ -604,9 +800,7 @@ impl Index for IvfPqIndex {
         let m = self.cfg.m;
         for (i, &id) in ids.iter().enumerate() {
             let row = self.rows.push(id);
-            let l = &mut self.lists[assign[i] as usize];
-            l.rows.push(row);
-            l.codes.extend_from_slice(&codes[i * m..(i + 1) * m]);
+            self.lists[assign[i] as usize].push(row, &codes[i * m..(i + 1) * m], self.cfg.codes);
         }
         if let Some(raw) = &mut self.raw {
             raw.extend(&x);
@@ -629,18 +823,16 @@ impl Index for IvfPqIndex {
             raw.retain_rows(|r| alive.get(r));
         }
         let map = self.rows.compact();
-        let m = self.cfg.m;
+        let (m, width) = (self.cfg.m, self.cfg.codes);
         for l in &mut self.lists {
-            let mut rows = Vec::with_capacity(l.rows.len());
-            let mut codes = Vec::with_capacity(l.codes.len());
+            let mut kept = InvList::default();
             for (i, &r) in l.rows.iter().enumerate() {
                 let nr = map[r as usize];
                 if nr != u32::MAX {
-                    rows.push(nr);
-                    codes.extend_from_slice(&l.codes[i * m..(i + 1) * m]);
+                    kept.push(nr, &l.code(i, m, width), width);
                 }
             }
-            *l = InvList { rows, codes };
+            *l = kept;
         }
     }
     fn save(&self, path: &Path) -> Result<()> {
@@ -654,6 +846,6 @@ impl Index for IvfPqIndex {
         lists + model + self.raw.as_ref().map_or(0, |r| r.bytes()) + self.rows.bytes()
     }
     fn kind(&self) -> IndexKind {
-        IndexKind::IvfPq
+        self.cfg.codes.kind()
     }
 }

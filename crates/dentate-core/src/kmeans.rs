@@ -32,6 +32,12 @@ pub struct KMeansConfig {
     /// Spherical k-means: cosine assignment, centroids renormalised to unit
     /// length (inputs should be unit vectors).
     pub spherical: bool,
+    /// Inner-product k-means (when not spherical): each point goes to the
+    /// centroid of largest inner product, and centroids are the plain means
+    /// of their points, not renormalised — FAISS's clustering for an
+    /// inner-product IVF. Tight clusters keep long centroids, so residuals
+    /// `x − c` are shorter than with unit centroids.
+    pub inner_product: bool,
     /// Seed of every random choice; same seed and data give the same result.
     pub seed: u64,
     /// Training sample cap per centroid (0 = no cap).
@@ -49,6 +55,7 @@ impl KMeansConfig {
             tol: 1e-4,
             init: Init::PlusPlus,
             spherical: false,
+            inner_product: false,
             seed: 1234,
             max_points_per_centroid: 256,
             min_points_per_centroid: 39,
@@ -57,6 +64,11 @@ impl KMeansConfig {
     /// Sets spherical mode.
     pub fn spherical(mut self, on: bool) -> Self {
         self.spherical = on;
+        self
+    }
+    /// Sets inner-product mode.
+    pub fn inner_product(mut self, on: bool) -> Self {
+        self.inner_product = on;
         self
     }
     /// Sets the seed.
@@ -75,7 +87,11 @@ impl KMeansConfig {
         self
     }
     fn metric(&self) -> Metric {
-        if self.spherical { Metric::Cosine } else { Metric::L2 }
+        if self.spherical || self.inner_product {
+            Metric::Cosine
+        } else {
+            Metric::L2
+        }
     }
 }
 
@@ -88,14 +104,15 @@ pub struct KMeans {
     pub dim: usize,
     /// Lloyd iterations run.
     pub iterations: usize,
-    /// Final objective: mean cosine similarity (spherical) or mean squared
-    /// distance (L2) of training points to their centroid.
+    /// Final objective: mean cosine similarity (spherical; the mean inner
+    /// product in inner-product mode) or mean squared distance (L2) of
+    /// training points to their centroid.
     pub objective: f64,
     /// Points in each cluster at the last assignment.
     pub sizes: Vec<u32>,
     /// Warnings raised during training (also logged).
     pub warnings: Vec<String>,
-    spherical: bool,
+    metric: Metric,
 }
 
 impl KMeans {
@@ -188,7 +205,7 @@ impl KMeans {
             objective,
             sizes,
             warnings,
-            spherical: cfg.spherical,
+            metric,
         })
     }
 
@@ -203,9 +220,8 @@ impl KMeans {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let metric = if self.spherical { Metric::Cosine } else { Metric::L2 };
         let panels = Panels::from_rows(&self.centroids, self.dim, Precision::F32);
-        Ok(compute.assign(data, &panels, metric).0)
+        Ok(compute.assign(data, &panels, self.metric).0)
     }
 }
 

@@ -12,7 +12,7 @@ use crate::pq::{PqTrainConfig, ProductQuantizer, check_m, sample_rows};
 use crate::rng::Rng;
 use crate::simd::Panels;
 use crate::vector::{Precision, batch_len};
-use faer::{Mat, MatRef};
+use faer::Mat;
 
 /// OPQ training settings (defaults as FAISS: 50 outer iterations, 4 PQ
 /// iterations per step and 40 in the first, 65,536 training points).
@@ -28,6 +28,9 @@ pub struct OpqConfig {
     pub max_train: usize,
     /// Seed.
     pub seed: u64,
+    /// Bits per code of the PQ the rotation is optimised for (8 or 4):
+    /// the index's own code width, so the rotation fits the codes it serves.
+    pub pq_bits: u32,
 }
 
 impl Default for OpqConfig {
@@ -38,6 +41,7 @@ impl Default for OpqConfig {
             pq_iterations_first: 40,
             max_train: 65_536,
             seed: 2468,
+            pq_bits: 8,
         }
     }
 }
@@ -69,7 +73,10 @@ impl OpqRotation {
         // Random orthogonal start: the orthogonal factor of a Gaussian matrix.
         let g: Vec<f32> = (0..dim * dim).map(|_| rng.normal()).collect();
         let mut rot = Self::from_matrix(dim, orthogonal_factor(&g, dim)?);
-        let xm = MatRef::from_row_major_slice(x, n, dim);
+        // Xᵀ·Ŷ is a product over the n samples: with Xᵀ as row-major rows and
+        // Ŷᵀ as panels it is one `matmul_nt` on the compute backend (the
+        // same tile kernel as search, no second thread pool spinning).
+        let xt = transpose(x, n, dim);
         for it in 0..cfg.iterations.max(1) {
             let y = rot.apply(x, compute);
             let pq_cfg = PqTrainConfig {
@@ -80,16 +87,13 @@ impl OpqRotation {
                 },
                 seed: cfg.seed.wrapping_add(it as u64 * 7919),
                 max_train: cfg.max_train,
+                bits: cfg.pq_bits,
             };
             let pq = ProductQuantizer::train(&y, dim, m, &pq_cfg, compute)?;
             let yhat = pq.decode(&pq.encode(&y, compute)?);
             // Procrustes: Rᵀ = U Vᵀ for Xᵀ Ŷ = U Σ Vᵀ, so R = V Uᵀ.
-            let yh = MatRef::from_row_major_slice(&yhat, n, dim);
-            let xty: Mat<f32> = xm.transpose() * yh;
-            let xty_rm: Vec<f32> = (0..dim)
-                .flat_map(|i| (0..dim).map(move |j| (i, j)))
-                .map(|(i, j)| xty[(i, j)])
-                .collect();
+            let yt = Panels::from_rows(&transpose(&yhat, n, dim), n, Precision::F32);
+            let xty_rm = compute.matmul_nt(&xt, &yt);
             let rt = orthogonal_factor(&xty_rm, dim)?;
             // rt is Rᵀ row-major; transpose it to R.
             let mut r = vec![0f32; dim * dim];
@@ -123,6 +127,23 @@ impl OpqRotation {
     pub fn apply(&self, data: &[f32], compute: &dyn Compute) -> Vec<f32> {
         compute.matmul_nt(data, &self.panels)
     }
+}
+
+/// The transpose of a row-major `rows × cols` matrix, in 32 × 32 tiles
+/// so that both sides stay in cache.
+fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const T: usize = 32;
+    let mut t = vec![0f32; rows * cols];
+    for i0 in (0..rows).step_by(T) {
+        for j0 in (0..cols).step_by(T) {
+            for i in i0..(i0 + T).min(rows) {
+                for j in j0..(j0 + T).min(cols) {
+                    t[j * rows + i] = a[i * cols + j];
+                }
+            }
+        }
+    }
+    t
 }
 
 /// The orthogonal factor `U·Vᵀ` of the SVD of a square row-major matrix

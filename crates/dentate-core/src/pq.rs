@@ -1,4 +1,5 @@
-//! Product quantization: `m` sub-quantizers of 256 centroids (8-bit codes).
+//! Product quantization: `m` sub-quantizers of 256 centroids (8-bit codes)
+//! or 16 centroids (4-bit codes, scanned by [`crate::fastscan`]).
 
 use crate::compute::{Compute, Metric};
 use crate::error::{Error, Result};
@@ -8,8 +9,10 @@ use crate::simd::Panels;
 use crate::vector::{Precision, batch_len};
 use rayon::prelude::*;
 
-/// Centroids per sub-quantizer (8-bit codes).
+/// Centroids per sub-quantizer of 8-bit codes.
 pub const KSUB: usize = 256;
+/// Centroids per sub-quantizer of 4-bit codes.
+pub const KSUB4: usize = 16;
 /// Most training vectors used (FAISS's default for 8-bit codes).
 pub const MAX_TRAIN: usize = 65_536;
 
@@ -18,9 +21,11 @@ pub const MAX_TRAIN: usize = 65_536;
 pub struct ProductQuantizer {
     dim: usize,
     m: usize,
-    /// `m × 256 × dsub` codebooks.
+    /// Centroids per sub-quantizer: 256 (8-bit codes) or 16 (4-bit).
+    ksub: usize,
+    /// `m × ksub × dsub` codebooks.
     codebooks: Vec<f32>,
-    /// One panel matrix per sub-quantizer (256 rows of `dsub`), for tables.
+    /// One panel matrix per sub-quantizer (`ksub` rows of `dsub`), for tables.
     panels: Vec<Panels>,
 }
 
@@ -33,6 +38,8 @@ pub struct PqTrainConfig {
     pub seed: u64,
     /// Training sample cap.
     pub max_train: usize,
+    /// Bits per code: 8 (256 centroids per sub-quantizer) or 4 (16).
+    pub bits: u32,
 }
 
 impl Default for PqTrainConfig {
@@ -41,18 +48,33 @@ impl Default for PqTrainConfig {
             iterations: 25,
             seed: 4321,
             max_train: MAX_TRAIN,
+            bits: 8,
         }
+    }
+}
+
+/// Centroids per sub-quantizer for `bits`-bit codes (4 or 8).
+pub(crate) fn ksub_for(bits: u32) -> Result<usize> {
+    match bits {
+        4 => Ok(KSUB4),
+        8 => Ok(KSUB),
+        _ => Err(Error::param(
+            "bits",
+            format!("{bits}-bit codes: only 4 and 8 are supported"),
+        )),
     }
 }
 
 impl ProductQuantizer {
     /// Trains on row-major `data`. `dim` must be divisible by `m`, and there
-    /// must be at least 256 training vectors.
+    /// must be at least as many training vectors as centroids per
+    /// sub-quantizer (256 for 8-bit codes, 16 for 4-bit).
     pub fn train(data: &[f32], dim: usize, m: usize, cfg: &PqTrainConfig, compute: &dyn Compute) -> Result<Self> {
         let n = batch_len(data, dim)?;
         check_m(dim, m)?;
-        if n < KSUB {
-            return Err(Error::InsufficientTrainingData { needed: KSUB, got: n });
+        let ksub = ksub_for(cfg.bits)?;
+        if n < ksub {
+            return Err(Error::InsufficientTrainingData { needed: ksub, got: n });
         }
         let sample;
         let data = match sample_rows(data, dim, cfg.max_train, &mut Rng::new(cfg.seed)) {
@@ -74,7 +96,7 @@ impl ProductQuantizer {
                 let km_cfg = KMeansConfig {
                     max_points_per_centroid: 0,
                     min_points_per_centroid: 1,
-                    ..KMeansConfig::new(KSUB)
+                    ..KMeansConfig::new(ksub)
                         .seed(cfg.seed.wrapping_add(j as u64))
                         .max_iter(cfg.iterations)
                         .init(crate::kmeans::Init::Random)
@@ -83,18 +105,19 @@ impl ProductQuantizer {
             })
             .collect::<Result<_>>()?;
         let codebooks = books.concat();
-        Ok(Self::from_codebooks(dim, m, codebooks))
+        Ok(Self::from_codebooks(dim, m, ksub, codebooks))
     }
 
-    /// Builds from raw codebooks (`m × 256 × dim/m`).
-    pub(crate) fn from_codebooks(dim: usize, m: usize, codebooks: Vec<f32>) -> Self {
+    /// Builds from raw codebooks (`m × ksub × dim/m`; the caller checked the length).
+    pub(crate) fn from_codebooks(dim: usize, m: usize, ksub: usize, codebooks: Vec<f32>) -> Self {
         let dsub = dim / m;
         let panels = (0..m)
-            .map(|j| Panels::from_rows(&codebooks[j * KSUB * dsub..(j + 1) * KSUB * dsub], dsub, Precision::F32))
+            .map(|j| Panels::from_rows(&codebooks[j * ksub * dsub..(j + 1) * ksub * dsub], dsub, Precision::F32))
             .collect();
         ProductQuantizer {
             dim,
             m,
+            ksub,
             codebooks,
             panels,
         }
@@ -112,12 +135,21 @@ impl ProductQuantizer {
     pub fn dsub(&self) -> usize {
         self.dim / self.m
     }
-    /// The codebooks, `m × 256 × dsub`.
+    /// Centroids per sub-quantizer (256 or 16).
+    pub fn ksub(&self) -> usize {
+        self.ksub
+    }
+    /// Bits per code (8 or 4).
+    pub fn bits(&self) -> u32 {
+        self.ksub.trailing_zeros()
+    }
+    /// The codebooks, `m × ksub × dsub`.
     pub fn codebooks(&self) -> &[f32] {
         &self.codebooks
     }
 
-    /// Encodes row-major vectors to `n × m` codes.
+    /// Encodes row-major vectors to `n × m` codes (one byte per code, also
+    /// for 4-bit codes).
     pub fn encode(&self, data: &[f32], compute: &dyn Compute) -> Result<Vec<u8>> {
         let n = batch_len(data, self.dim)?;
         let dsub = self.dsub();
@@ -138,29 +170,29 @@ impl ProductQuantizer {
         let mut out = Vec::with_capacity(codes.len() / self.m.max(1) * self.dim);
         for code in codes.chunks_exact(self.m) {
             for (j, &c) in code.iter().enumerate() {
-                let off = (j * KSUB + c as usize) * dsub;
+                let off = (j * self.ksub + c as usize % self.ksub) * dsub;
                 out.extend_from_slice(&self.codebooks[off..off + dsub]);
             }
         }
         out
     }
 
-    /// Lookup tables for a batch of queries: `nq × m × 256` inner products
+    /// Lookup tables for a batch of queries: `nq × m × ksub` inner products
     /// of each query sub-vector with each codeword.
     pub fn tables(&self, queries: &[f32]) -> Vec<f32> {
-        let mut out = vec![0f32; queries.len() / self.dim * self.m * KSUB];
-        out.par_chunks_mut(self.m * KSUB)
+        let mut out = vec![0f32; queries.len() / self.dim * self.m * self.ksub];
+        out.par_chunks_mut(self.m * self.ksub)
             .zip(queries.par_chunks_exact(self.dim))
             .for_each(|(t, q)| self.table_into(q, t));
         out
     }
 
-    /// The lookup table of one query, written into `table` (`m × 256`).
+    /// The lookup table of one query, written into `table` (`m × ksub`).
     /// Search builds it per query in a reused buffer that stays in cache.
     pub fn table_into(&self, query: &[f32], table: &mut [f32]) {
         let isa = crate::simd::Isa::active();
         for (j, (tj, qj)) in table
-            .chunks_exact_mut(KSUB)
+            .chunks_exact_mut(self.ksub)
             .zip(query.chunks_exact(self.dsub()))
             .enumerate()
         {
@@ -172,7 +204,7 @@ impl ProductQuantizer {
     pub fn adc(&self, table: &[f32], code: &[u8]) -> f32 {
         code.iter()
             .enumerate()
-            .map(|(j, &c)| table[j * KSUB + c as usize])
+            .map(|(j, &c)| table[j * self.ksub + c as usize % self.ksub])
             .sum()
     }
 }

@@ -1,7 +1,9 @@
 //! SIMD kernels, chosen at run time.
 //!
-//! Two families live here:
+//! Three families live here:
 //! - vector primitives (`dot`, `dot_f16`) used by re-ranking and training;
+//! - the fast-scan shuffle kernels over packed 4-bit codes (`pq4`, see
+//!   [`crate::fastscan`] for the layout);
 //! - the **panel tile kernel**, the engine's one matrix-product kernel. Base
 //!   vectors are stored in *panels* of [`PANEL`] rows laid out
 //!   dimension-major (`panel[j * 16 + lane]` is component `j` of row
@@ -17,6 +19,8 @@
 
 use half::f16;
 use std::sync::OnceLock;
+
+pub(crate) mod pq4;
 
 /// Rows per panel of the blocked layout.
 pub const PANEL: usize = 16;
@@ -139,8 +143,11 @@ pub fn dot_f16_with(isa: Isa, a: &[f16], b: &[f32]) -> f32 {
     let (a, b) = (&a[..n], &b[..n]);
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: produced only after runtime detection of AVX2+FMA+F16C.
-        Isa::Avx512 | Isa::Avx2 => unsafe { x86::dot_f16_avx2(a, b) },
+        // SAFETY: produced only after runtime detection of AVX-512F, and of
+        // AVX2+FMA+F16C (which every AVX-512F machine also passes).
+        Isa::Avx512 => unsafe { x86::dot_f16_avx512(a, b) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::dot_f16_avx2(a, b) },
         _ => {
             let mut s = 0f32;
             for (x, y) in a.iter().zip(b) {
@@ -407,6 +414,31 @@ impl RowMajor {
             Floats::F32(v) => dot(&v[i * d..(i + 1) * d], q),
             Floats::F16(v) => dot_f16_with(Isa::active(), &v[i * d..(i + 1) * d], q),
         }
+    }
+    /// Hints the CPU to start loading row `i` (re-ranking visits scattered
+    /// rows; fetching the next ones while scoring this one hides the
+    /// latency). Does nothing for rows out of range or off x86-64.
+    #[inline]
+    pub fn prefetch_row(&self, i: usize) {
+        let d = self.dim;
+        let (ptr, bytes) = match &self.data {
+            Floats::F32(v) => match v.get(i * d..(i + 1) * d) {
+                Some(r) => (r.as_ptr() as *const u8, std::mem::size_of_val(r)),
+                None => return,
+            },
+            Floats::F16(v) => match v.get(i * d..(i + 1) * d) {
+                Some(r) => (r.as_ptr() as *const u8, std::mem::size_of_val(r)),
+                None => return,
+            },
+        };
+        #[cfg(target_arch = "x86_64")]
+        for off in (0..bytes).step_by(64) {
+            // SAFETY: `off < bytes` stays inside the row; prefetching never
+            // faults and SSE is part of the x86-64 baseline.
+            unsafe { std::arch::x86_64::_mm_prefetch(ptr.add(off) as *const i8, std::arch::x86_64::_MM_HINT_T0) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (ptr, bytes);
     }
     /// Row `i` as f32.
     pub fn row(&self, i: usize) -> Vec<f32> {
@@ -760,6 +792,38 @@ mod x86 {
             }
         }
         let mut s = hsum256(_mm256_add_ps(acc0, acc1));
+        for j in i..n {
+            s += a[j].to_f32() * b[j];
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn dot_f16_avx512(a: &[f16], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr() as *const u16, b.as_ptr());
+        // Four independent sums: the FMA latency, not its throughput, bounds
+        // a single chain.
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        unsafe {
+            while i + 64 <= n {
+                for (u, a) in acc.iter_mut().enumerate() {
+                    let x = _mm512_cvtph_ps(_mm256_loadu_si256(pa.add(i + 16 * u) as *const __m256i));
+                    *a = _mm512_fmadd_ps(x, _mm512_loadu_ps(pb.add(i + 16 * u)), *a);
+                }
+                i += 64;
+            }
+            while i + 16 <= n {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(pa.add(i) as *const __m256i));
+                acc[0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(pb.add(i)), acc[0]);
+                i += 16;
+            }
+        }
+        let mut s = _mm512_reduce_add_ps(_mm512_add_ps(
+            _mm512_add_ps(acc[0], acc[1]),
+            _mm512_add_ps(acc[2], acc[3]),
+        ));
         for j in i..n {
             s += a[j].to_f32() * b[j];
         }

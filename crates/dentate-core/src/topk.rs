@@ -132,9 +132,119 @@ impl TopK {
     }
 }
 
+/// The best `k` candidates, like [`TopK`], with amortised O(1) insertion
+/// for scans that offer many candidates: those at or above the threshold go
+/// into a buffer; when it holds `2k + 16`, a selection keeps the best `k`
+/// and the threshold rises to the `k`-th score. The result is exactly
+/// [`TopK`]'s (best `k` by score descending, then id ascending).
+#[derive(Debug, Clone)]
+pub struct Reservoir {
+    k: usize,
+    buf: Vec<Cand>,
+    thr: f32,
+}
+
+/// The candidate order as one integer key, ascending = better: the score's
+/// bits mapped so that unsigned order is `f32::total_cmp` order, inverted
+/// (higher score first), then the id (smaller first). Integer compares make
+/// the selections and sorts of a [`Reservoir`] cheaper than float ones.
+#[inline]
+fn rank_key(c: &Cand) -> u128 {
+    let b = c.score.to_bits();
+    let ordered = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
+    (u128::from(!ordered) << 64) | u128::from(c.id)
+}
+
+impl Reservoir {
+    /// An empty reservoir for `k` results.
+    pub fn new(k: usize) -> Self {
+        Reservoir {
+            k,
+            buf: Vec::with_capacity(Self::cap(k)),
+            thr: f32::NEG_INFINITY,
+        }
+    }
+
+    fn cap(k: usize) -> usize {
+        k.saturating_mul(2).saturating_add(16)
+    }
+
+    /// Scores below this cannot enter (scores equal to it may, on a smaller id).
+    #[inline]
+    pub fn threshold(&self) -> f32 {
+        self.thr
+    }
+
+    /// Offers a candidate.
+    #[inline]
+    pub fn push(&mut self, c: Cand) {
+        if self.k == 0 || c.score < self.thr {
+            return;
+        }
+        self.buf.push(c);
+        if self.buf.len() >= Self::cap(self.k) {
+            self.shrink();
+        }
+    }
+
+    /// Keeps the best `k` and raises the threshold to the `k`-th score.
+    fn shrink(&mut self) {
+        if self.buf.len() > self.k {
+            self.buf.select_nth_unstable_by_key(self.k - 1, rank_key);
+            self.buf.truncate(self.k);
+            self.thr = self.buf[self.k - 1].score;
+        }
+    }
+
+    /// Offers every candidate of another reservoir.
+    pub fn merge(&mut self, other: Reservoir) {
+        for c in other.buf {
+            self.push(c);
+        }
+    }
+
+    /// Number held (up to `2k + 16` before the final cut).
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The candidates, best first.
+    pub fn into_sorted(mut self) -> Vec<Cand> {
+        self.shrink();
+        self.buf.sort_unstable_by_key(rank_key);
+        self.buf
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reservoir_equals_topk() {
+        let mut r = crate::rng::Rng::new(8);
+        for k in [0usize, 1, 3, 10, 40] {
+            let mut a = TopK::new(k);
+            let mut b = Reservoir::new(k);
+            for i in 0..2000u64 {
+                // Few distinct scores: many ties, resolved by id.
+                let c = Cand {
+                    score: (r.next_u64() % 50) as f32 + (i as f32) * 1e-3 * ((i % 3 == 0) as u32 as f32),
+                    id: (i * 7919) % 10_007,
+                    row: i as u32,
+                };
+                a.push(c);
+                b.push(c);
+                assert!(b.threshold() <= a.threshold() || a.len() < k);
+            }
+            assert_eq!(a.into_sorted(), b.into_sorted(), "k = {k}");
+        }
+    }
 
     #[test]
     fn keeps_best_with_id_tiebreak() {

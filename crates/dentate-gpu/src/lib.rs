@@ -15,6 +15,7 @@
 //! | `cluster_sums` | chunked sums in chunk order | `kmeans.wgsl` `cluster_sums` (one owner per sum, point order) |
 //! | `cluster_distance_sums` | Gram tiles | `kmeans.wgsl` `distance_sums` |
 //! | `adc_top_k` | per-query table + unrolled scan | `pq.wgsl` `adc` (table in workgroup memory) + `merge` |
+//! | `fastscan_top_k` | u8 tables, SIMD byte shuffles over blocks of 32 | `pq.wgsl` `fastscan` (the host's u8 tables in workgroup memory, the same blocks, exact u32 sums) + `merge` |
 //! | `rerank` | f16/f32 dot per candidate | `pq.wgsl` `rerank` + `merge` |
 //! | `salience` | per-row formula | `select.wgsl` `salience` |
 //! | `lowest` | heap | `select.wgsl` radix select (`histogram`, `collect`) |
@@ -373,6 +374,36 @@ impl GpuCompute {
         )
     }
 
+    /// [`Compute::fastscan_top_k`] without blocking. The tables are
+    /// quantised on the host (the same bytes the CPU sums); errors are the
+    /// CPU's (a PQ without 16 centroids, a non-finite query).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn fastscan_top_k_async(
+        &self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        lists: InvertedRef<'_>,
+        probes: &[Vec<Probe>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> dentate_core::Result<Vec<Vec<Cand>>> {
+        let tables = dentate_core::fastscan::query_tables(queries, pq)?;
+        if probes.is_empty() || k == 0 {
+            return Ok(vec![Vec::new(); probes.len().min(tables.len())]);
+        }
+        on_gpu!(
+            self,
+            "fastscan_top_k",
+            |s| async {
+                s.fastscan_top_k(&tables, pq.m(), &lists, probes, ids, alive, k)
+                    .await
+                    .map(Ok)
+            },
+            |c| c.fastscan_top_k(queries, pq, lists, probes, ids, alive, k)
+        )
+    }
+
     /// [`Compute::rerank`] without blocking.
     pub async fn rerank_async(
         &self,
@@ -443,6 +474,19 @@ impl Compute for GpuCompute {
         k: usize,
     ) -> Vec<Vec<Cand>> {
         pollster::block_on(self.adc_top_k_async(queries, pq, lists, probes, ids, alive, k))
+    }
+
+    fn fastscan_top_k(
+        &self,
+        queries: &[f32],
+        pq: &ProductQuantizer,
+        lists: InvertedRef<'_>,
+        probes: &[Vec<Probe>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> dentate_core::Result<Vec<Vec<Cand>>> {
+        pollster::block_on(self.fastscan_top_k_async(queries, pq, lists, probes, ids, alive, k))
     }
 
     fn rerank(

@@ -4,8 +4,9 @@
 use crate::GpuState;
 use crate::device::{Gpu, wgsl, words};
 use crate::error::{GpuError, Result};
-use crate::resident::{ResidentIds, ResidentLists, ResidentStore};
+use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore};
 use crate::topk::{CAND_BYTES, decode, merge_to_one, slots};
+use dentate_core::fastscan::{QuantizedTables, padded_m};
 use dentate_core::pq::ProductQuantizer;
 use dentate_core::topk::Cand;
 use dentate_core::vector::Bitset;
@@ -59,7 +60,26 @@ fn consts(kk: usize, pq_m: usize, dsub: usize, f16_store: bool) -> Vec<(&'static
         ("DSUB", format!("{dsub}u")),
         ("W", format!("{}u", pq_m.div_ceil(4))),
         ("F16", f16_store.to_string()),
+        ("FW", "1u".into()),
     ]
+}
+
+/// The probes of queries `q0..q0 + nb` as the kernels read them: per probe
+/// (first slot, length, bias bits, 0), `nprobe` per query, unused ones empty.
+fn probe_words(res: &ResidentLists, probes: &[Vec<Probe>], nprobe: usize) -> Vec<u32> {
+    let mut pr = vec![0u32; probes.len() * nprobe * 4];
+    for (qi, list) in probes.iter().enumerate() {
+        for (j, p) in list.iter().enumerate() {
+            let Some(&(off, len, _)) = res.spans.get(p.list as usize) else {
+                continue;
+            };
+            let at = (qi * nprobe + j) * 4;
+            pr[at] = off as u32;
+            pr[at + 1] = len as u32;
+            pr[at + 2] = p.bias.to_bits();
+        }
+    }
+    pr
 }
 
 impl GpuState {
@@ -106,9 +126,11 @@ impl GpuState {
         let ids_buf = self.ids_buffer(lists.uid, lists.epoch, ids)?;
         let books = self.codebooks(pq);
         let gpu = &self.gpu;
-        let res = self
-            .lists
-            .get(lists.uid, |r| Ok(r.sync(gpu, lists)), || ResidentLists::new(gpu, lists))?;
+        let res = self.lists.get(
+            lists.uid,
+            |r| Ok(r.sync(gpu, lists, Layout::Rows)),
+            || ResidentLists::new(gpu, lists, Layout::Rows),
+        )?;
         let table = table_placement(gpu, self.table, m);
         let (decl, fill) = lut_source(table);
         let c = consts(kk, m, pq.dsub(), false);
@@ -135,18 +157,7 @@ impl GpuState {
         let mut q0 = 0;
         while q0 < nq {
             let nb = (nq - q0).min(nb_max);
-            let mut pr = vec![0u32; nb * nprobe * 4];
-            for (qi, list) in probes[q0..q0 + nb].iter().enumerate() {
-                for (j, p) in list.iter().enumerate() {
-                    let Some(&(off, len, _)) = res.spans.get(p.list as usize) else {
-                        continue;
-                    };
-                    let at = (qi * nprobe + j) * 4;
-                    pr[at] = off as u32;
-                    pr[at + 1] = len as u32;
-                    pr[at + 2] = p.bias.to_bits();
-                }
-            }
+            let pr = probe_words(res, &probes[q0..q0 + nb], nprobe);
             let qbuf = gpu.storage("queries", bytemuck::cast_slice(&queries[q0 * d..(q0 + nb) * d]));
             let pbuf = gpu.storage("probes", bytemuck::cast_slice(&pr));
             let partial = gpu.zeroed("partial", nb as u64 * per_query);
@@ -178,6 +189,94 @@ impl GpuState {
             }
             let bind = gpu.bind(&adc, &entries);
             gpu.dispatch(&mut enc, &adc, &bind, (nb as u32, 1));
+            let merged = merge_to_one(gpu, &mut enc, partial, nb, WG, kk).await?;
+            let bytes = gpu
+                .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)
+                .await?;
+            out.extend(decode(&bytes, nb, kk, k));
+            q0 += nb;
+        }
+        Ok(out)
+    }
+
+    /// The 4-bit fast-scan with the host's quantised tables (`tables[q]`
+    /// for query `q`, from `dentate_core::fastscan::query_tables`) and a
+    /// device top-k.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn fastscan_top_k(
+        &mut self,
+        tables: &[QuantizedTables],
+        m: usize,
+        lists: &InvertedRef<'_>,
+        probes: &[Vec<Probe>],
+        ids: &[u64],
+        alive: &Bitset,
+        k: usize,
+    ) -> Result<Vec<Vec<Cand>>> {
+        let kk = slots(k)?;
+        let m2 = padded_m(m);
+        let fw = 4 * m2;
+        let nq = probes.len().min(tables.len());
+        let gpu = &self.gpu;
+        if (fw * 4) as u64 > u64::from(gpu.limits.max_compute_workgroup_storage_size) {
+            return Err(GpuError::Unsupported(format!(
+                "fast-scan tables of {m} sub-quantizers exceed the workgroup memory"
+            )));
+        }
+        let ids_buf = self.ids_buffer(lists.uid, lists.epoch, ids)?;
+        let gpu = &self.gpu;
+        let res = self.lists.get(
+            lists.uid,
+            |r| Ok(r.sync(gpu, lists, Layout::Packed)),
+            || ResidentLists::new(gpu, lists, Layout::Packed),
+        )?;
+        let mut c = consts(kk, m2, 1, false);
+        c.retain(|(name, _)| *name != "FW");
+        c.push(("FW", format!("{fw}u")));
+        let replace = [("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())];
+        let pipe = gpu.pipeline(wgsl::PQ, "fastscan", &c, &replace, false).await?;
+        let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
+        let maxb = gpu.max_binding();
+        let per_query = (WG * kk) as u64 * CAND_BYTES;
+        let nb_max = ((maxb / per_query) as usize)
+            .min((maxb / ((fw + 4) as u64 * 4)) as usize)
+            .min((maxb / (nprobe as u64 * 16)) as usize)
+            .min(gpu.max_groups() as usize)
+            .max(1);
+        let mut out = Vec::with_capacity(nq);
+        let mut q0 = 0;
+        while q0 < nq {
+            let nb = (nq - q0).min(nb_max);
+            let pr = probe_words(res, &probes[q0..q0 + nb], nprobe);
+            let mut luts = Vec::with_capacity(nb * (fw + 4));
+            for t in &tables[q0..q0 + nb] {
+                luts.extend([t.scale().to_bits(), t.offset().to_bits(), 0, 0]);
+                luts.extend(
+                    t.lut()
+                        .chunks_exact(4)
+                        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                );
+            }
+            let lbuf = gpu.storage("fast-scan tables", bytemuck::cast_slice(&luts));
+            let pbuf = gpu.storage("probes", bytemuck::cast_slice(&pr));
+            let partial = gpu.zeroed("partial", nb as u64 * per_query);
+            let params = gpu.uniform(&words(&[nb as u32, 0, nprobe as u32, 0, 0, 0, 0, 0, 0, 0, 0, 0]));
+            let mut enc = gpu.encoder();
+            let bind = gpu.bind(
+                &pipe,
+                &[
+                    (0, &params),
+                    (3, &res.codes),
+                    (4, &res.rows),
+                    (5, &pbuf),
+                    (6, &ids_buf),
+                    (7, &alive_buf),
+                    (8, &partial),
+                    (12, &lbuf),
+                ],
+            );
+            gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
             let merged = merge_to_one(gpu, &mut enc, partial, nb, WG, kk).await?;
             let bytes = gpu
                 .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)

@@ -6,6 +6,7 @@
 
 use crate::device::Gpu;
 use crate::error::{GpuError, Result};
+use dentate_core::fastscan::{BLOCK, block_bytes};
 use dentate_core::simd::{Floats, PANEL};
 use dentate_core::{BaseRef, InvertedRef, StoreRef};
 
@@ -289,30 +290,53 @@ impl ResidentIds {
     }
 }
 
+/// How an arena stores the codes of its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// 8-bit codes, one entry per `⌈m/4⌉` u32 words (bytes past `m` zero).
+    Rows,
+    /// 4-bit fast-scan blocks of 32 entries, byte for byte as the core packs
+    /// them (`dentate_core::fastscan`); spans start and grow by whole blocks.
+    Packed,
+}
+
 /// The inverted lists in one arena: list `l` owns slots `off..off+cap`, of
 /// which `len` are used; appends fill the tail, a list that outgrows its
-/// slots moves to the end of the arena (copied on the device), and the
-/// arena is laid out afresh when it is full.
+/// slots moves to the end of the arena (rewritten from the host copy), and
+/// the arena is laid out afresh when it is full.
 pub(crate) struct ResidentLists {
-    key: (u64, u64, usize),
-    /// (offset, len, capacity) in slots.
+    key: (u64, u64, usize, Layout),
+    /// (offset, len, capacity) in slots; with [`Layout::Packed`] offsets
+    /// and capacities are multiples of 32.
     pub spans: Vec<(usize, usize, usize)>,
     used: usize,
     capacity: usize,
-    /// u32 words per code.
-    pub words: usize,
+    layout: Layout,
+    /// Code bytes per slot: `4·⌈m/4⌉` (rows) or `block_bytes(m) / 32` (packed).
+    slot_bytes: usize,
     pub codes: wgpu::Buffer,
     pub rows: wgpu::Buffer,
 }
 
+/// Slots rounded up to what a span of `layout` holds.
+fn span_slots(layout: Layout, n: usize) -> usize {
+    match layout {
+        Layout::Rows => n,
+        Layout::Packed => n.div_ceil(BLOCK) * BLOCK,
+    }
+}
+
 impl ResidentLists {
-    pub fn new(gpu: &Gpu, lists: &InvertedRef<'_>) -> Result<Self> {
-        let words = lists.m.div_ceil(4);
+    pub fn new(gpu: &Gpu, lists: &InvertedRef<'_>, layout: Layout) -> Result<Self> {
+        let slot_bytes = match layout {
+            Layout::Rows => lists.m.div_ceil(4) * 4,
+            Layout::Packed => block_bytes(lists.m) / BLOCK,
+        };
         let lens: Vec<usize> = lists.lists.iter().map(|l| l.rows.len()).collect();
-        let caps: Vec<usize> = lens.iter().map(|&n| (n + n / 2).max(4)).collect();
+        let caps: Vec<usize> = lens.iter().map(|&n| span_slots(layout, (n + n / 2).max(4))).collect();
         let total: usize = caps.iter().sum();
-        let capacity = total + total / 4 + 64;
-        let max_slots = (gpu.max_binding() / (words as u64 * 4)).min(gpu.max_binding() / 4) as usize;
+        let capacity = span_slots(layout, total + total / 4 + 64);
+        let max_slots = (gpu.max_binding() / slot_bytes.max(4) as u64).min(gpu.max_binding() / 4) as usize;
         if capacity > max_slots {
             return Err(GpuError::Unsupported(format!(
                 "inverted lists of {total} entries exceed one storage binding ({max_slots} slots)"
@@ -325,13 +349,14 @@ impl ResidentLists {
             off += cap;
         }
         let mut r = ResidentLists {
-            key: (lists.uid, lists.epoch, lists.m),
+            key: (lists.uid, lists.epoch, lists.m, layout),
             spans,
             used: off,
             capacity,
-            words,
-            codes: gpu.zeroed("codes", (capacity * words * 4) as u64),
-            rows: gpu.zeroed("slot rows", (capacity * 4) as u64),
+            layout,
+            slot_bytes,
+            codes: gpu.zeroed("codes", (capacity * slot_bytes).max(16) as u64),
+            rows: gpu.zeroed("slot rows", (capacity * 4).max(16) as u64),
         };
         for (l, list) in lists.lists.iter().enumerate() {
             r.write_tail(gpu, l, list, lists.m);
@@ -340,8 +365,8 @@ impl ResidentLists {
     }
 
     /// Brings the arena up to date; false when it must be laid out afresh.
-    pub fn sync(&mut self, gpu: &Gpu, lists: &InvertedRef<'_>) -> bool {
-        if (lists.uid, lists.epoch, lists.m) != self.key || lists.lists.len() != self.spans.len() {
+    pub fn sync(&mut self, gpu: &Gpu, lists: &InvertedRef<'_>, layout: Layout) -> bool {
+        if (lists.uid, lists.epoch, lists.m, layout) != self.key || lists.lists.len() != self.spans.len() {
             return false;
         }
         if lists.lists.iter().zip(&self.spans).any(|(l, s)| l.rows.len() < s.1) {
@@ -356,7 +381,7 @@ impl ResidentLists {
             if n > cap {
                 // Outgrown: the whole list moves to fresh slots at the end
                 // of the arena (written from the host copy).
-                let new_cap = (2 * n).max(16);
+                let new_cap = span_slots(self.layout, (2 * n).max(16));
                 if self.used + new_cap > self.capacity {
                     return false;
                 }
@@ -374,18 +399,32 @@ impl ResidentLists {
         if n <= len {
             return;
         }
-        let w = self.words * 4;
-        let codes = &list.codes[len * m..n * m];
-        let bytes: std::borrow::Cow<'_, [u8]> = if m == w {
-            codes.into()
-        } else {
-            let mut padded = vec![0u8; (n - len) * w];
-            for (dst, src) in padded.chunks_exact_mut(w).zip(codes.chunks_exact(m)) {
-                dst[..m].copy_from_slice(src);
+        match self.layout {
+            Layout::Rows => {
+                let w = self.slot_bytes;
+                let codes = &list.codes[len * m..n * m];
+                let bytes: std::borrow::Cow<'_, [u8]> = if m == w {
+                    codes.into()
+                } else {
+                    let mut padded = vec![0u8; (n - len) * w];
+                    for (dst, src) in padded.chunks_exact_mut(w).zip(codes.chunks_exact(m)) {
+                        dst[..m].copy_from_slice(src);
+                    }
+                    padded.into()
+                };
+                gpu.queue.write_buffer(&self.codes, ((off + len) * w) as u64, &bytes);
             }
-            padded.into()
-        };
-        gpu.queue.write_buffer(&self.codes, ((off + len) * w) as u64, &bytes);
+            Layout::Packed => {
+                // From the block holding entry `len` (appends fill it in
+                // place) to the list's last block.
+                let bb = block_bytes(m);
+                let (b0, b1) = (len / BLOCK, n.div_ceil(BLOCK));
+                if let Some(bytes) = list.codes.get(b0 * bb..b1 * bb) {
+                    gpu.queue
+                        .write_buffer(&self.codes, ((off / BLOCK + b0) * bb) as u64, bytes);
+                }
+            }
+        }
         gpu.queue.write_buffer(
             &self.rows,
             ((off + len) * 4) as u64,

@@ -4,7 +4,7 @@
 //! synchronous.
 
 use crate::convert::err;
-use dentate_core::{Hit, IvfPlan, IvfPqIndex, IvfSearchParams};
+use dentate_core::{Hit, IvfPlan, IvfPqIndex, IvfSearchParams, PqCodes};
 use dentate_gpu::{GpuCompute, GpuOptions};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
@@ -74,17 +74,32 @@ pub(crate) async fn ivf_search(
     let plan = index.plan(queries, k, IvfSearchParams { nprobe, rerank })?;
     let parts = index.parts()?;
     let g = &gpu.inner;
-    let cands = g
-        .adc_top_k_async(
-            &plan.rotated,
-            parts.pq,
-            parts.lists,
-            &plan.probes,
-            parts.ids,
-            parts.alive,
-            plan.shortlist,
-        )
-        .await;
+    let cands = match parts.codes {
+        PqCodes::Pq8 => {
+            g.adc_top_k_async(
+                &plan.rotated,
+                parts.pq,
+                parts.lists,
+                &plan.probes,
+                parts.ids,
+                parts.alive,
+                plan.shortlist,
+            )
+            .await
+        }
+        PqCodes::FastScan4 => {
+            g.fastscan_top_k_async(
+                &plan.rotated,
+                parts.pq,
+                parts.lists,
+                &plan.probes,
+                parts.ids,
+                parts.alive,
+                plan.shortlist,
+            )
+            .await?
+        }
+    };
     let out = match (parts.store, plan.rerank) {
         (Some(store), true) => {
             g.rerank_async(&plan.queries, store, parts.ids, &IvfPlan::rows(&cands), k)

@@ -4,8 +4,9 @@ use crate::convert::{err, get_bool, get_usize, ids_from_js};
 use dentate_core::{AnyIndex, FlatIndex, Hit, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
 use wasm_bindgen::prelude::*;
 
-/// A cosine index over caller-chosen `u64` ids: exact (`VectorIndex.exact`)
-/// or IVF-PQ with exact re-ranking (`VectorIndex.ivfPq`). Vectors are
+/// A cosine index over caller-chosen `u64` ids: exact (`VectorIndex.exact`),
+/// IVF-PQ (`VectorIndex.ivfPq`) or 4-bit fast-scan (`VectorIndex.fastScan`),
+/// both with exact re-ranking. Vectors are
 /// L2-normalised on insert, so scores are cosine similarities.
 #[wasm_bindgen]
 #[derive(Debug)]
@@ -103,35 +104,30 @@ impl VectorIndex {
     }
 
     /// An IVF-PQ index: `nlist` inverted lists, `m` sub-quantizers (must
-    /// divide `dim`), exact re-ranking from stored f16 vectors. Options:
-    /// `opq` (learn a rotation first, default false), `nprobe` (default
-    /// 16), `rerank` (re-rank factor, default 4), `iterations` (Lloyd
-    /// iterations of the coarse and PQ k-means, default 25). Call `train`
-    /// before `add`.
+    /// divide `dim`) of 8-bit codes, exact re-ranking from stored f16
+    /// vectors. Options: `opq` (learn a rotation first, default false),
+    /// `nprobe` (default 16), `rerank` (re-rank factor, default 4),
+    /// `iterations` (Lloyd iterations of the coarse and PQ k-means, default
+    /// 25). Call `train` before `add`.
     #[wasm_bindgen(js_name = ivfPq)]
     pub fn ivf_pq(dim: usize, nlist: usize, m: usize, options: JsValue) -> Result<VectorIndex, JsValue> {
-        check_dim(dim)?;
-        let mut cfg = IvfPqConfig::new(nlist, m).opq(get_bool(&options, "opq")?.unwrap_or(false));
-        if let Some(n) = get_usize(&options, "nprobe")? {
-            cfg.nprobe = n;
-        }
-        if let Some(r) = get_usize(&options, "rerank")? {
-            cfg.rerank = r;
-        }
-        if let Some(it) = get_usize(&options, "iterations")? {
-            if it == 0 {
-                return Err(err("iterations must be at least 1"));
-            }
-            cfg.kmeans_iterations = it;
-            cfg.pq_iterations = it;
-        }
-        if cfg.nprobe == 0 {
-            return Err(err("nprobe must be at least 1"));
-        }
-        let idx = IvfPqIndex::new(dim, cfg).map_err(err)?;
-        Ok(VectorIndex {
-            inner: AnyIndex::IvfPq(idx),
-        })
+        VectorIndex::ivf(dim, IvfPqConfig::new(nlist, m), &options)
+    }
+
+    /// A 4-bit fast-scan index: `nlist` inverted lists (1 = flat fast-scan,
+    /// every query scans every code), `m` sub-quantizers of 16 centroids
+    /// (must divide `dim`; `m / 2` bytes per vector), codes in blocks of 32
+    /// scanned with `i8x16.swizzle` table lookups, then exact re-ranking
+    /// from stored f16 vectors. The same options as `ivfPq` (defaults:
+    /// `rerank` 10, `iterations` 10). Call `train` before `add`.
+    #[wasm_bindgen(js_name = fastScan)]
+    pub fn fast_scan(dim: usize, nlist: usize, m: usize, options: JsValue) -> Result<VectorIndex, JsValue> {
+        let cfg = if nlist == 1 {
+            IvfPqConfig::flat_fastscan(m)
+        } else {
+            IvfPqConfig::fastscan(nlist, m)
+        };
+        VectorIndex::ivf(dim, cfg, &options)
     }
 
     /// Loads an index saved by `save()` or by the native library / CLI.
@@ -232,7 +228,7 @@ impl VectorIndex {
         self.inner.as_index().len()
     }
 
-    /// `flat` or `ivfpq`.
+    /// `flat`, `ivfpq` or `fastscan`.
     #[wasm_bindgen(getter)]
     pub fn kind(&self) -> String {
         self.inner.as_index().kind().name().to_string()
@@ -268,6 +264,32 @@ impl VectorIndex {
 }
 
 impl VectorIndex {
+    /// An untrained IVF index of `cfg` with the JS options applied.
+    fn ivf(dim: usize, mut cfg: IvfPqConfig, options: &JsValue) -> Result<VectorIndex, JsValue> {
+        check_dim(dim)?;
+        cfg = cfg.opq(get_bool(options, "opq")?.unwrap_or(false));
+        if let Some(n) = get_usize(options, "nprobe")? {
+            cfg.nprobe = n;
+        }
+        if let Some(r) = get_usize(options, "rerank")? {
+            cfg.rerank = r;
+        }
+        if let Some(it) = get_usize(options, "iterations")? {
+            if it == 0 {
+                return Err(err("iterations must be at least 1"));
+            }
+            cfg.kmeans_iterations = it;
+            cfg.pq_iterations = it;
+        }
+        if cfg.nprobe == 0 {
+            return Err(err("nprobe must be at least 1"));
+        }
+        let idx = IvfPqIndex::new(dim, cfg).map_err(err)?;
+        Ok(VectorIndex {
+            inner: AnyIndex::IvfPq(idx),
+        })
+    }
+
     /// The index as the engine's trait object.
     pub(crate) fn as_index(&self) -> &dyn Index {
         self.inner.as_index()

@@ -161,6 +161,46 @@ fn ivf_pq_trains_searches_and_round_trips() {
     assert_eq!(back.search_with(q, 10, 32, 8).unwrap().ids(), approx.ids());
 }
 
+/// 4-bit fast-scan (IVF and flat) in wasm: the simd128 shuffle path finds
+/// the neighbours, saves and loads, and refuses what the native library
+/// refuses.
+#[wasm_bindgen_test]
+fn fast_scan_trains_searches_and_round_trips() {
+    let dim = 32;
+    let data = synth(4_000, dim, 40, 4);
+    let q = &data[..dim * 50];
+    let exact = {
+        let mut f = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
+        f.add(ids(0..4_000), &data).unwrap();
+        f.search(q, 10).unwrap()
+    };
+    for nlist in [32, 1] {
+        let mut idx = VectorIndex::fast_scan(dim, nlist, 16, JsValue::UNDEFINED).unwrap();
+        assert_eq!(idx.kind(), "fastscan");
+        assert!(idx.add(ids(0..1), &data[..dim]).is_err(), "add before train");
+        idx.train(&data).unwrap();
+        idx.add(ids(0..4_000), &data).unwrap();
+        let approx = idx.search_with(q, 10, 8, 10).unwrap();
+        let mut found = 0;
+        for i in 0..50 {
+            let truth = row(&exact, i);
+            found += row(&approx, i).iter().filter(|x| truth.contains(x)).count();
+        }
+        let recall = found as f64 / 500.0;
+        assert!(recall > 0.9, "nlist {nlist}: recall@10 {recall}");
+        // 16 sub-quantizers of 4 bits: 8 code bytes per vector, far below
+        // the 8-bit index's 16 (the f16 re-rank store dominates both).
+        let back = VectorIndex::load(&idx.save()).unwrap();
+        assert_eq!(back.kind(), "fastscan");
+        assert_eq!(back.search_with(q, 10, 8, 10).unwrap().ids(), approx.ids());
+    }
+    assert!(message(VectorIndex::fast_scan(32, 8, 5, JsValue::UNDEFINED).unwrap_err()).contains("m"));
+    let fixture = include_bytes!("../../tests/fixtures/fastscan_v1.dnt");
+    let loaded = VectorIndex::load(fixture).unwrap();
+    assert_eq!((loaded.size(), loaded.kind()), (299, "fastscan".to_string()));
+    assert_eq!(loaded.save(), fixture.to_vec());
+}
+
 /// Files written by the native library (the format fixtures of the native
 /// tests) load in wasm, answer like an index built here from the same data,
 /// and re-serialise to the same bytes.

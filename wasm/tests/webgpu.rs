@@ -76,6 +76,25 @@ async fn webgpu_searches_give_the_cpu_results() {
     let dev = ivf.search_gpu(&gpu, queries.clone(), 10).await.unwrap();
     assert_same(&dev, &cpu);
 
+    // 4-bit fast-scan: the host's u8 tables, the same blocks on the device;
+    // with and without re-ranking, and after appends fill partial blocks.
+    let mut fs = VectorIndex::fast_scan(dim, 16, 32, JsValue::UNDEFINED).unwrap();
+    fs.train(&base).unwrap();
+    fs.add(ids(2_990), &base[..2_990 * dim]).unwrap();
+    for rerank in [0, 10] {
+        let cpu = fs.search_with(&queries, 10, 4, rerank).unwrap();
+        let dev = fs.search_with_gpu(&gpu, queries.clone(), 10, 4, rerank).await.unwrap();
+        assert_same(&dev, &cpu);
+    }
+    fs.add(
+        Uint32Array::from(&(2_990u32..3_000).collect::<Vec<u32>>()[..]).into(),
+        &base[2_990 * dim..],
+    )
+    .unwrap();
+    let cpu = fs.search_with(&queries, 10, 16, 0).unwrap();
+    let dev = fs.search_with_gpu(&gpu, queries.clone(), 10, 16, 0).await.unwrap();
+    assert_same(&dev, &cpu);
+
     assert_eq!(gpu.fallbacks(), 0.0, "a call fell back to the CPU");
 }
 

@@ -103,7 +103,8 @@ try {
   console.log(JSON.stringify(out, null, 2));
   const problems = [];
   if (status !== "done") problems.push(`page status ${status ?? "timeout"}: ${out.error ?? ""}`);
-  if (!out.search?.at_recall_0_9 || out.search.at_recall_0_9.recall_at_10 < minRecall) problems.push(`recall@10 below ${minRecall}`);
+  if (!out.search?.at_recall_0_9 || out.search.at_recall_0_9.recall_at_10 < minRecall) problems.push(`IVF-PQ recall@10 below ${minRecall}`);
+  if (!out.search?.fastscan_at_recall_0_9 || out.search.fastscan_at_recall_0_9.recall_at_10 < minRecall) problems.push(`fast-scan recall@10 below ${minRecall}`);
   if (rendered[0] < 2) problems.push("the results table was not rendered");
   if (rendered[1] < 1) problems.push("no memory hits were rendered");
   if (!out.memory?.[0]?.text?.includes("Porto")) problems.push("the memory did not find where Clara is moving");

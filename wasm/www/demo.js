@@ -1,4 +1,4 @@
-// Dentate demo page: builds exact and IVF-PQ indexes over synthetic
+// Dentate demo page: builds exact, IVF-PQ and 4-bit fast-scan indexes over synthetic
 // clustered vectors, measures single-query latency and recall@10, and runs
 // a small HEMA memory with hybrid retrieval.
 //
@@ -121,31 +121,54 @@ async function benchmark(n, dim, nq) {
   const ivfBuild = performance.now() - t0;
   log(`IVF-PQ built in ${(ivfBuild / 1000).toFixed(2)} s; sweeping nprobe…`);
   await tick();
-  let chosen = null;
   // Re-rank the best k × 12 PQ candidates exactly (f16 vectors): PQ codes
   // of 48 bytes blur near neighbours that differ in the last decimals.
   // (120 candidates also stay within the WebGPU kernels' 128-slot lists.)
   const rerank = 12;
+  const chosen = await sweep("ivfpq", ivf, ivfBuild, rerank, nlist, queries, dim, k, truth, n, rows);
+
+  // 4-bit fast-scan at the same code bytes: twice the sub-quantizers
+  // (4 dimensions each), 16 centroids, tables read with i8x16.swizzle.
+  const mfs = dim % 4 === 0 ? dim / 4 : dim;
+  log(`fast-scan: training nlist=${nlist}, m=${mfs} (4-bit) on ${sample.toLocaleString()} vectors…`);
+  await tick();
+  t0 = performance.now();
+  const fs = dentate.VectorIndex.fastScan(dim, nlist, mfs, { iterations: 10 });
+  fs.train(base.subarray(0, sample * dim));
+  fs.add(ids, base);
+  const fsBuild = performance.now() - t0;
+  log(`fast-scan built in ${(fsBuild / 1000).toFixed(2)} s; sweeping nprobe…`);
+  await tick();
+  const fsChosen = await sweep("fastscan", fs, fsBuild, rerank, nlist, queries, dim, k, truth, n, rows);
+  const webgpu = await onWebGpu(exact, [[ivf, chosen, ivfBuild], [fs, fsChosen, fsBuild]], queries, dim, k, truth,
+                                n, exactBuild);
+  return { n, dim, queries: nq, rows, at_recall_0_9: chosen, fastscan_at_recall_0_9: fsChosen, webgpu };
+}
+
+// Times `index` at growing nprobe (re-rank factor fixed) until recall@10
+// reaches 0.99, adding each row; returns the first row at recall ≥ 0.9.
+async function sweep(name, index, buildMs, rerank, nlist, queries, dim, k, truth, n, rows) {
+  let chosen = null;
   for (const nprobe of [4, 8, 16, 32, 64]) {
     if (nprobe > nlist) break;
-    const r = await timeQueries((v, kk) => ivf.searchWith(v, kk, nprobe, rerank), queries, dim, k);
-    const row = { index: `ivfpq nprobe=${nprobe} rerank=${rerank}`, build_ms: ivfBuild, p50_ms: r.p50, p95_ms: r.p95,
-                  recall_at_10: recallOf(r.rows, truth, k), bytes_per_vector: ivf.memoryBytes / n, nprobe, rerank };
+    const r = await timeQueries((v, kk) => index.searchWith(v, kk, nprobe, rerank), queries, dim, k);
+    const row = { index: `${name} nprobe=${nprobe} rerank=${rerank}`, build_ms: buildMs, p50_ms: r.p50,
+                  p95_ms: r.p95, recall_at_10: recallOf(r.rows, truth, k), bytes_per_vector: index.memoryBytes / n,
+                  nprobe, rerank };
     rows.push(row);
     addRow(row);
     await tick();
     if (!chosen && row.recall_at_10 >= 0.9) chosen = row;
     if (row.recall_at_10 >= 0.99) break;
   }
-  log(chosen ? `recall@10 ≥ 0.9 at nprobe=${chosen.nprobe}: p50 ${chosen.p50_ms.toFixed(3)} ms`
-             : "no nprobe reached recall@10 0.9");
-  const webgpu = await onWebGpu(exact, ivf, chosen, queries, dim, k, truth, n, exactBuild, ivfBuild);
-  return { n, dim, queries: nq, rows, at_recall_0_9: chosen, webgpu };
+  log(chosen ? `${name}: recall@10 ≥ 0.9 at nprobe=${chosen.nprobe}: p50 ${chosen.p50_ms.toFixed(3)} ms`
+             : `${name}: no nprobe reached recall@10 0.9`);
+  return chosen;
 }
 
 // The same searches on WebGPU, when the package has it and navigator.gpu
 // gives an adapter: {adapter, rows} or {unavailable: why}.
-async function onWebGpu(exact, ivf, chosen, queries, dim, k, truth, n, exactBuild, ivfBuild) {
+async function onWebGpu(exact, ivfs, queries, dim, k, truth, n, exactBuild) {
   if (!dentate.WebGpu) return { unavailable: `the package ${pkgUsed} has no WebGPU path` };
   if (!navigator.gpu) return { unavailable: "navigator.gpu is absent" };
   let gpu;
@@ -161,13 +184,15 @@ async function onWebGpu(exact, ivf, chosen, queries, dim, k, truth, n, exactBuil
               recall_at_10: recallOf(ex.rows, truth, k), bytes_per_vector: exact.memoryBytes / n });
   addRow(rows[rows.length - 1]);
   await tick();
-  if (chosen) {
+  for (const [index, chosen, buildMs] of ivfs) {
+    if (!chosen) continue;
     const { nprobe, rerank } = chosen;
-    const r = await timeQueries((v, kk) => ivf.searchWithGpu(gpu, v, kk, nprobe, rerank), queries, dim, k);
-    rows.push({ index: `ivfpq nprobe=${nprobe} rerank=${rerank} (webgpu)`, build_ms: ivfBuild, p50_ms: r.p50,
-                p95_ms: r.p95, recall_at_10: recallOf(r.rows, truth, k), bytes_per_vector: ivf.memoryBytes / n,
+    const r = await timeQueries((v, kk) => index.searchWithGpu(gpu, v, kk, nprobe, rerank), queries, dim, k);
+    rows.push({ index: `${index.kind} nprobe=${nprobe} rerank=${rerank} (webgpu)`, build_ms: buildMs, p50_ms: r.p50,
+                p95_ms: r.p95, recall_at_10: recallOf(r.rows, truth, k), bytes_per_vector: index.memoryBytes / n,
                 nprobe, rerank });
     addRow(rows[rows.length - 1]);
+    await tick();
   }
   return { adapter: gpu.adapter, name: gpu.name, fallbacks: gpu.fallbacks, rows };
 }

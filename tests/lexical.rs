@@ -179,10 +179,10 @@ fn fusion_is_deterministic_and_documented() {
     assert_eq!(fuse(&[], &[], Fusion::Rrf { c: 60.0 }, 3).unwrap(), vec![]);
 }
 
-/// A flat and an IVF-PQ index over the same ids as a lexical index: the one
+/// A flat, an IVF-PQ and a fast-scan index over the same ids as a lexical index: the one
 /// hybrid call fuses both lists, filters by namespace, and rejects bad input.
 #[test]
-fn hybrid_search_over_exact_and_ivfpq_indexes() {
+fn hybrid_search_over_exact_ivfpq_and_fastscan_indexes() {
     use dentate::{FlatIndex, Index, IvfPqConfig, IvfPqIndex, hybrid_search};
     let dim = 16;
     let n = 600u64;
@@ -207,10 +207,16 @@ fn hybrid_search_over_exact_and_ivfpq_indexes() {
     let mut ivf = IvfPqIndex::new(dim, cfg).unwrap();
     ivf.train(&vectors).unwrap();
     ivf.add(&ids, &vectors).unwrap();
+    let mut cfg = IvfPqConfig::fastscan(8, 8);
+    cfg.nprobe = 8;
+    cfg.rerank = 8;
+    let mut fast = IvfPqIndex::new(dim, cfg).unwrap();
+    fast.train(&vectors).unwrap();
+    fast.add(&ids, &vectors).unwrap();
     let mut q = vec![0.0f32; dim];
     q[3] = 1.0;
     let fusion = Fusion::Rrf { c: 60.0 };
-    for index in [&flat as &dyn Index, &ivf as &dyn Index] {
+    for index in [&flat as &dyn Index, &ivf as &dyn Index, &fast as &dyn Index] {
         let hits = hybrid_search(index, &lex, &q, "topic3 colour5", 10, fusion, None).unwrap();
         assert_eq!(hits.len(), 10);
         // Equal to fusing the two lists by hand, each candidate_depth deep.

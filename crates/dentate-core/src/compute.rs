@@ -412,28 +412,35 @@ impl Compute for CpuCompute {
             (2 * threads).div_ceil(qblocks).min(np.div_ceil(4)).max(1)
         };
         let per_split = np.div_ceil(splits);
+        let scan = |qb: usize, s: usize| -> Vec<Reservoir> {
+            let q0 = qb * QB;
+            let nqb = (nq - q0).min(QB);
+            let mut heaps = vec![Reservoir::new(k); nqb];
+            let lo = s * per_split;
+            let hi = ((s + 1) * per_split).min(np);
+            if lo < hi {
+                self.scan_block(queries, q0, nqb, &base, lo, hi, &mut heaps);
+            }
+            heaps
+        };
+        if splits == 1 {
+            // Each task sees the whole base: its lists are final, so they
+            // are sorted in the task (in parallel) and nothing is merged.
+            let blocks: Vec<Vec<Vec<Cand>>> = (0..qblocks)
+                .into_par_iter()
+                .map(|qb| scan(qb, 0).into_iter().map(Reservoir::into_sorted).collect())
+                .collect();
+            return blocks.into_iter().flatten().collect();
+        }
         let tasks: Vec<(usize, usize)> = (0..qblocks).flat_map(|qb| (0..splits).map(move |s| (qb, s))).collect();
-        let partial: Vec<(usize, Vec<Reservoir>)> = tasks
-            .into_par_iter()
-            .map(|(qb, s)| {
-                let q0 = qb * QB;
-                let nqb = (nq - q0).min(QB);
-                let mut heaps = vec![Reservoir::new(k); nqb];
-                let lo = s * per_split;
-                let hi = ((s + 1) * per_split).min(np);
-                if lo < hi {
-                    self.scan_block(queries, q0, nqb, &base, lo, hi, &mut heaps);
-                }
-                (qb, heaps)
-            })
-            .collect();
+        let partial: Vec<(usize, Vec<Reservoir>)> = tasks.into_par_iter().map(|(qb, s)| (qb, scan(qb, s))).collect();
         let mut merged: Vec<Reservoir> = vec![Reservoir::new(k); nq];
         for (qb, heaps) in partial {
             for (i, h) in heaps.into_iter().enumerate() {
                 merged[qb * QB + i].merge(h);
             }
         }
-        merged.into_iter().map(Reservoir::into_sorted).collect()
+        merged.into_par_iter().map(Reservoir::into_sorted).collect()
     }
 
     fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {

@@ -62,26 +62,56 @@ pub fn batch_len(data: &[f32], dim: usize) -> Result<usize> {
 
 /// Validates a batch (finite components, non-zero norm) and returns an
 /// L2-normalised copy. Cosine similarity is then a plain inner product.
+/// Large batches are split over the rayon pool; the error names the first
+/// bad row either way.
 pub fn normalized(data: &[f32], dim: usize) -> Result<Vec<f32>> {
-    let n = batch_len(data, dim)?;
+    batch_len(data, dim)?;
     let mut out = data.to_vec();
-    for row in 0..n {
-        let v = &mut out[row * dim..(row + 1) * dim];
-        if let Some(col) = v.iter().position(|x| !x.is_finite()) {
-            return Err(Error::NonFinite { row, col });
-        }
-        // Accumulate in f64: f32 squares of large finite components can
-        // overflow to infinity.
-        let norm = v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
-        if norm == 0.0 || !norm.is_finite() {
-            return Err(Error::ZeroVector { row });
-        }
-        let inv = 1.0 / norm;
-        for x in v.iter_mut() {
-            *x = ((*x as f64) * inv) as f32;
+    // Rows in parallel only where the batch is worth a fork.
+    const PAR_FLOATS: usize = 1 << 16;
+    let results: Vec<Result<()>> = if out.len() >= PAR_FLOATS {
+        use rayon::prelude::*;
+        out.par_chunks_mut(dim)
+            .enumerate()
+            .map(|(row, v)| normalize_row(row, v))
+            .collect()
+    } else {
+        out.chunks_mut(dim)
+            .enumerate()
+            .map(|(row, v)| normalize_row(row, v))
+            .collect()
+    };
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    Ok(out)
+}
+
+/// Checks and normalises row `row` in place.
+fn normalize_row(row: usize, v: &mut [f32]) -> Result<()> {
+    // One branch-free pass (vectorises); the position only on failure.
+    if !v.iter().fold(true, |ok, x| ok & x.is_finite()) {
+        let col = v.iter().position(|x| !x.is_finite()).unwrap_or(0);
+        return Err(Error::NonFinite { row, col });
+    }
+    // Accumulate in f64 (f32 squares of large finite components can
+    // overflow to infinity; f64 holds each square exactly), in eight
+    // independent sums so the loop is not one dependency chain.
+    let mut acc = [0f64; 8];
+    let (chunks, rest) = v.as_chunks::<8>();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += f64::from(x) * f64::from(x);
         }
     }
-    Ok(out)
+    let tail: f64 = rest.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+    let norm = (acc.iter().sum::<f64>() + tail).sqrt();
+    if norm == 0.0 || !norm.is_finite() {
+        return Err(Error::ZeroVector { row });
+    }
+    let inv = 1.0 / norm;
+    for x in v.iter_mut() {
+        *x = (f64::from(*x) * inv) as f32;
+    }
+    Ok(())
 }
 
 /// Checks a batch of queries against an index dimension and `k`.

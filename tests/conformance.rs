@@ -82,6 +82,21 @@ fn assert_same(got: &[Vec<Cand>], want: &[Vec<Cand>], tol: f32, what: &str) {
     }
 }
 
+/// Search hits as candidates (row unknown: 0), for [`assert_same`].
+fn as_cands(v: Vec<Vec<dentate::Hit>>) -> Vec<Vec<Cand>> {
+    v.into_iter()
+        .map(|l| {
+            l.into_iter()
+                .map(|h| Cand {
+                    score: h.score,
+                    id: h.id,
+                    row: 0,
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Ids spread over the whole u64 range (both words matter for ties).
 fn wide_ids(n: usize, seed: u64) -> Vec<u64> {
     let mut r = Rng::new(seed);
@@ -259,22 +274,9 @@ mod cases {
                 let p = IvfSearchParams { nprobe, rerank };
                 let g = got.search_with(&queries, k, p).unwrap();
                 let w = want.search_with(&queries, k, p).unwrap();
-                let to = |v: Vec<Vec<dentate::Hit>>| -> Vec<Vec<Cand>> {
-                    v.into_iter()
-                        .map(|l| {
-                            l.into_iter()
-                                .map(|h| Cand {
-                                    score: h.score,
-                                    id: h.id,
-                                    row: 0,
-                                })
-                                .collect()
-                        })
-                        .collect()
-                };
                 assert_same(
-                    &to(g),
-                    &to(w),
+                    &as_cands(g),
+                    &as_cands(w),
                     1e-4,
                     &format!("{stage} nprobe={nprobe} rerank={rerank} k={k}"),
                 );
@@ -315,21 +317,8 @@ mod cases {
             let check = |got: &IvfPqIndex, want: &IvfPqIndex, stage: &str| {
                 for (nprobe, rerank, k) in [(1, 0, 10), (4, 0, 10), (8, 4, 10), (16, 0, 100), (6, 8, 1)] {
                     let p = IvfSearchParams { nprobe, rerank };
-                    let to = |v: Vec<Vec<dentate::Hit>>| -> Vec<Vec<Cand>> {
-                        v.into_iter()
-                            .map(|l| {
-                                l.into_iter()
-                                    .map(|h| Cand {
-                                        score: h.score,
-                                        id: h.id,
-                                        row: 0,
-                                    })
-                                    .collect()
-                            })
-                            .collect()
-                    };
-                    let g = to(got.search_with(&queries, k, p).unwrap());
-                    let w = to(want.search_with(&queries, k, p).unwrap());
+                    let g = as_cands(got.search_with(&queries, k, p).unwrap());
+                    let w = as_cands(want.search_with(&queries, k, p).unwrap());
                     let what = format!("fast-scan m={m} nlist={nlist} {stage} nprobe={nprobe} rerank={rerank} k={k}");
                     assert_same(&g, &w, 1e-5, &what);
                 }

@@ -5,7 +5,7 @@ use crate::GpuState;
 use crate::device::{Gpu, wgsl, words};
 use crate::error::{GpuError, Result};
 use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore};
-use crate::topk::{CAND_BYTES, decode, merge_to_one, slots};
+use crate::topk::{CAND_BYTES, finish_batch, slots};
 use dentate_core::fastscan::{QuantizedTables, padded_m};
 use dentate_core::pq::ProductQuantizer;
 use dentate_core::topk::Cand;
@@ -189,11 +189,7 @@ impl GpuState {
             }
             let bind = gpu.bind(&adc, &entries);
             gpu.dispatch(&mut enc, &adc, &bind, (nb as u32, 1));
-            let merged = merge_to_one(gpu, &mut enc, partial, nb, WG, kk).await?;
-            let bytes = gpu
-                .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)
-                .await?;
-            out.extend(decode(&bytes, nb, kk, k));
+            out.extend(finish_batch(gpu, enc, partial, nb, WG, kk, k).await?);
             q0 += nb;
         }
         Ok(out)
@@ -277,11 +273,7 @@ impl GpuState {
                 ],
             );
             gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
-            let merged = merge_to_one(gpu, &mut enc, partial, nb, WG, kk).await?;
-            let bytes = gpu
-                .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)
-                .await?;
-            out.extend(decode(&bytes, nb, kk, k));
+            out.extend(finish_batch(gpu, enc, partial, nb, WG, kk, k).await?);
             q0 += nb;
         }
         Ok(out)
@@ -369,11 +361,7 @@ impl GpuState {
                 );
                 gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
             }
-            let merged = merge_to_one(gpu, &mut enc, partial, nb, lists, kk).await?;
-            let bytes = gpu
-                .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)
-                .await?;
-            out.extend(decode(&bytes, nb, kk, k));
+            out.extend(finish_batch(gpu, enc, partial, nb, lists, kk, k).await?);
             q0 += nb;
         }
         Ok(out)

@@ -70,6 +70,26 @@ pub(crate) fn decode(bytes: &[u8], nq: usize, kk: usize, k: usize) -> Vec<Vec<Ca
         .collect()
 }
 
+/// Finishes a batch of `nq` queries whose kernels wrote `lists` sorted
+/// lists of `kk` slots each into `partial`: merges them on the device,
+/// submits `enc`, reads back the one list per query and decodes its best `k`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn finish_batch(
+    gpu: &Gpu,
+    mut enc: wgpu::CommandEncoder,
+    partial: wgpu::Buffer,
+    nq: usize,
+    lists: usize,
+    kk: usize,
+    k: usize,
+) -> Result<Vec<Vec<Cand>>> {
+    let merged = merge_to_one(gpu, &mut enc, partial, nq, lists, kk).await?;
+    let bytes = gpu
+        .submit_and_read(enc, &merged, 0, (nq * kk) as u64 * CAND_BYTES)
+        .await?;
+    Ok(decode(&bytes, nq, kk, k))
+}
+
 /// Records merge passes that fold `lists` sorted lists of `kk` slots per
 /// query (in `first`) down to one; returns the buffer holding the result.
 pub(crate) async fn merge_to_one(
@@ -246,11 +266,7 @@ impl GpuState {
                 );
                 gpu.dispatch(&mut enc, &scan, &bind, (slices as u32, nb.div_ceil(p.tq) as u32));
             }
-            let merged = merge_to_one(gpu, &mut enc, partial, nb, p.lists, kk).await?;
-            let bytes = gpu
-                .submit_and_read(enc, &merged, 0, (nb * kk) as u64 * CAND_BYTES)
-                .await?;
-            out.extend(decode(&bytes, nb, kk, k));
+            out.extend(finish_batch(gpu, enc, partial, nb, p.lists, kk, k).await?);
             q0 += nb;
         }
         Ok(out)

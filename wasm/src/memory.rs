@@ -182,7 +182,8 @@ impl AgentMemory {
     /// Stores and processes messages for `user`: an array of
     /// `{speaker | role, text | content, timestamp?, session?, id?}`
     /// (timestamp: Unix seconds or milliseconds, or ISO 8601; `id` is kept
-    /// for provenance). Returns `{messages, items, forgotten, live}`.
+    /// for provenance, and a message whose id and text are already stored
+    /// is skipped). Returns `{messages, items, forgotten, live}`.
     #[wasm_bindgen(js_name = addMessages)]
     pub fn add_messages(&mut self, user: &str, messages: JsValue) -> Result<JsValue, JsValue> {
         if !Array::is_array(&messages) {

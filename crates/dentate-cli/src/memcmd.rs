@@ -208,7 +208,18 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
             let (mut mem, llm) = m.open_with_llm()?;
             if input.is_some() {
                 let ids = mem.add_messages(&m.user, &msgs)?;
-                eprintln!("stored {} messages for `{}` in {}", ids.len(), m.user, m.dir.display());
+                let known = msgs.len().saturating_sub(ids.len());
+                let skipped = if known > 0 {
+                    format!(" ({known} already stored, skipped)")
+                } else {
+                    String::new()
+                };
+                eprintln!(
+                    "stored {} messages for `{}` in {}{skipped}",
+                    ids.len(),
+                    m.user,
+                    m.dir.display()
+                );
             } else if mem.store().message_count(&m.user)? == 0 {
                 return Err(format!(
                     "no messages stored for user `{}` in {}; give --input",

@@ -407,6 +407,16 @@ fn memory_ingest_ask_forget_correct() {
     };
     let out = run_ok(base("ingest").arg("--input").arg(&chat));
     assert!(out.contains("processed 3 messages"), "{out}");
+    // The same file again: its messages (same ids and texts) are known.
+    let again = base("ingest").arg("--input").arg(&chat).output().unwrap();
+    assert!(again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("stored 0 messages") && err.contains("3 already stored, skipped"),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&again.stdout);
+    assert!(out.contains("processed 0 messages"), "{out}");
     let out = run_ok(base("ask").arg("Who teaches Ann the cello?"));
     let first = out.lines().nth(1).unwrap();
     assert!(first.contains("from m3") && first.contains("Ines"), "{out}");

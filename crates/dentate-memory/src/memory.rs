@@ -202,8 +202,10 @@ impl Memory {
         f(p.as_mut(), &mut env)
     }
 
-    /// Stores raw messages for `user` (committed before any processing).
-    /// Empty texts are refused.
+    /// Stores raw messages for `user` (committed before any processing) and
+    /// returns the ids of those stored: a message already stored (same
+    /// caller id and text, see [`crate::store::Store::append_messages`]) is
+    /// skipped. Empty texts are refused.
     pub fn add_messages(&mut self, user: &str, msgs: &[NewMessage]) -> Result<Vec<i64>> {
         if let Some(i) = msgs.iter().position(|m| m.text.trim().is_empty()) {
             return Err(MemoryError::Invalid(format!("message {i} has empty text")));

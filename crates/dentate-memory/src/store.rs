@@ -84,6 +84,9 @@ const MIGRATIONS: &[&str] = &[
         from_item INTEGER NOT NULL REFERENCES items(id),
         PRIMARY KEY (item_id, from_item)
      );",
+    // v5: messages by their caller id (`source_ref`), so that ingesting a
+    // message already stored (same id and text) is recognised and skipped.
+    "CREATE INDEX messages_by_ref ON messages(user, source_ref);",
 ];
 
 /// Current schema version.
@@ -371,7 +374,12 @@ impl Store {
     }
 
     /// Appends raw messages for `user` in one transaction (before any
-    /// processing); returns their ids.
+    /// processing); returns the ids of those stored. A message whose caller
+    /// id (`source_ref`) and text are already stored for `user` — or earlier
+    /// in the same batch — is the same message and is skipped, so ingesting
+    /// a file again stores nothing twice (ids alone are not enough: LoCoMo's
+    /// dialogue ids repeat across conversations); messages without an id
+    /// cannot be recognised and are always appended.
     pub fn append_messages(&mut self, user: &str, msgs: &[NewMessage]) -> Result<Vec<i64>> {
         check_user(user)?;
         let tx = self.conn.transaction()?;
@@ -387,7 +395,14 @@ impl Store {
                 "INSERT INTO messages (user, session, seq, speaker, text, said_at, source_ref, ingested_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?;
+            let mut known =
+                tx.prepare("SELECT 1 FROM messages WHERE user = ?1 AND source_ref = ?2 AND text = ?3 LIMIT 1")?;
             for m in msgs {
+                if let Some(r) = &m.source_ref
+                    && known.exists(params![user, r, m.text])?
+                {
+                    continue;
+                }
                 st.execute(params![
                     user,
                     m.session,

@@ -395,7 +395,12 @@ fn history_is_the_context_until_t_turns() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = open(dir.path(), None, AmoryConfig::default());
     let mut long = talk();
-    long.extend(talk());
+    // The same talk again, under new message ids (the same ids and texts
+    // would be recognised as already stored).
+    long.extend(talk().into_iter().map(|mut msg| {
+        msg.source_ref = msg.source_ref.map(|r| format!("{r}-again"));
+        msg
+    }));
     m.ingest("ann", &long).unwrap();
     let frags = items(dir.path(), "amory", FRAGMENT);
     assert!(frags.iter().any(|f| f.turn == 0) && frags.iter().any(|f| f.turn > 0));

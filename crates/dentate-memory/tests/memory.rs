@@ -31,6 +31,39 @@ fn rag_retrieves_the_right_turn_with_provenance() {
     assert_eq!(hits[0].source_refs, vec!["D1:3"]);
 }
 
+/// Ingesting the same messages again stores nothing twice (same caller id
+/// and text); a new text under a known id (another conversation's dialogue
+/// ids) and messages without ids are stored; the store survives a reopen.
+#[test]
+fn ingesting_the_same_messages_again_stores_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    let conv = conversation();
+    assert_eq!(m.add_messages("ann", &conv).unwrap().len(), conv.len());
+    m.process("ann", &mut |_, _| {}).unwrap();
+    assert!(m.add_messages("ann", &conv).unwrap().is_empty());
+    // Duplicates inside one batch are the same message too.
+    let twice = [
+        conv[0].clone(),
+        msg(9, 1, "Ann", "A new line."),
+        msg(9, 1, "Ann", "A new line."),
+    ];
+    assert_eq!(m.add_messages("ann", &twice).unwrap().len(), 1);
+    let mut other = msg(1, 1, "Cy", "Another conversation reuses the id D1:1.");
+    assert_eq!(other.source_ref.as_deref(), Some("D1:1"));
+    assert_eq!(m.add_messages("ann", std::slice::from_ref(&other)).unwrap().len(), 1);
+    other.source_ref = None;
+    assert_eq!(m.add_messages("ann", &[other.clone(), other]).unwrap().len(), 2);
+    let r = m.process("ann", &mut |_, _| {}).unwrap();
+    assert_eq!(r.messages, 4);
+    drop(m);
+    let mut m = open(dir.path(), "rag");
+    assert_eq!(m.store().message_count("ann").unwrap(), conv.len() as i64 + 4);
+    assert!(m.add_messages("ann", &conv).unwrap().is_empty(), "after a reopen too");
+    // Another user's identical messages are theirs.
+    assert_eq!(m.add_messages("bob", &conv).unwrap().len(), conv.len());
+}
+
 #[test]
 fn users_are_separate_namespaces() {
     let dir = tempfile::tempdir().unwrap();

@@ -170,6 +170,18 @@ impl Gpu {
         self.binding_cap.map_or(adapter, |c| c.min(adapter)) & !255
     }
 
+    /// Queries one dispatch may take (one workgroup each) when every query
+    /// needs `per_query[i]` bytes in buffer `i`: each buffer stays within
+    /// one binding and the workgroups within a dispatch; at least 1.
+    pub fn queries_per_batch(&self, per_query: &[u64]) -> usize {
+        let maxb = self.max_binding();
+        per_query
+            .iter()
+            .map(|&b| (maxb / b.max(1)) as usize)
+            .fold(self.max_groups() as usize, usize::min)
+            .max(1)
+    }
+
     /// Workgroups per dispatch dimension.
     pub fn max_groups(&self) -> u32 {
         self.limits.max_compute_workgroups_per_dimension

@@ -53,14 +53,16 @@ fn lut_source(t: Table) -> (String, String) {
     }
 }
 
-fn consts(kk: usize, pq_m: usize, dsub: usize, f16_store: bool) -> Vec<(&'static str, String)> {
+/// The constants the host prepends to `pq.wgsl` (see its header); `fw`
+/// is 1 for every kernel but `fastscan`.
+fn consts(kk: usize, pq_m: usize, dsub: usize, f16_store: bool, fw: usize) -> Vec<(&'static str, String)> {
     vec![
         ("K", format!("{kk}u")),
         ("M", format!("{pq_m}u")),
         ("DSUB", format!("{dsub}u")),
         ("W", format!("{}u", pq_m.div_ceil(4))),
         ("F16", f16_store.to_string()),
-        ("FW", "1u".into()),
+        ("FW", format!("{fw}u")),
     ]
 }
 
@@ -133,7 +135,7 @@ impl GpuState {
         )?;
         let table = table_placement(gpu, self.table, m);
         let (decl, fill) = lut_source(table);
-        let c = consts(kk, m, pq.dsub(), false);
+        let c = consts(kk, m, pq.dsub(), false, 1);
         let replace = [("LUT_DECL", decl), ("LUT_FILL", fill)];
         let adc = gpu
             .pipeline(wgsl::PQ, "adc", &c, &replace, table == Table::SharedF16)
@@ -145,14 +147,9 @@ impl GpuState {
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
         let dummy = gpu.zeroed("unused", 16);
-        let maxb = gpu.max_binding();
         let per_query = (WG * kk) as u64 * CAND_BYTES;
         let table_bytes = (m * 256 * 4) as u64;
-        let nb_max = ((maxb / per_query) as usize)
-            .min((maxb / table_bytes) as usize)
-            .min((maxb / (nprobe as u64 * 16)) as usize)
-            .min(gpu.max_groups() as usize)
-            .max(1);
+        let nb_max = gpu.queries_per_batch(&[per_query, table_bytes, nprobe as u64 * 16]);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {
@@ -226,20 +223,13 @@ impl GpuState {
             |r| Ok(r.sync(gpu, lists, Layout::Packed)),
             || ResidentLists::new(gpu, lists, Layout::Packed),
         )?;
-        let mut c = consts(kk, m2, 1, false);
-        c.retain(|(name, _)| *name != "FW");
-        c.push(("FW", format!("{fw}u")));
+        let c = consts(kk, m2, 1, false, fw);
         let replace = [("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())];
         let pipe = gpu.pipeline(wgsl::PQ, "fastscan", &c, &replace, false).await?;
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
-        let maxb = gpu.max_binding();
         let per_query = (WG * kk) as u64 * CAND_BYTES;
-        let nb_max = ((maxb / per_query) as usize)
-            .min((maxb / ((fw + 4) as u64 * 4)) as usize)
-            .min((maxb / (nprobe as u64 * 16)) as usize)
-            .min(gpu.max_groups() as usize)
-            .max(1);
+        let nb_max = gpu.queries_per_batch(&[per_query, (fw + 4) as u64 * 4, nprobe as u64 * 16]);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {
@@ -305,20 +295,15 @@ impl GpuState {
             .pipeline(
                 wgsl::PQ,
                 "rerank",
-                &consts(kk, 4, 1, res.f16),
+                &consts(kk, 4, 1, res.f16, 1),
                 &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
                 false,
             )
             .await?;
         let ncand = candidates.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let lists = nchunks * WG;
-        let maxb = gpu.max_binding();
         let per_query = (lists * kk) as u64 * CAND_BYTES;
-        let nb_max = ((maxb / per_query.max(1)) as usize)
-            .min((maxb / (ncand as u64 * 4)) as usize)
-            .min((maxb / (d as u64 * 4)) as usize)
-            .min(gpu.max_groups() as usize)
-            .max(1);
+        let nb_max = gpu.queries_per_batch(&[per_query, ncand as u64 * 4, d as u64 * 4]);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {

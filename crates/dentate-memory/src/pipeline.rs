@@ -99,6 +99,43 @@ pub struct Composed {
     pub trimmed: usize,
 }
 
+impl Composed {
+    /// The prompt `prompt_of(n)` of the first `n` of `retrieved` (ranked),
+    /// dropping the lowest-ranked items while it exceeds `budget`: items
+    /// packed one by one can come out a token or two longer once joined
+    /// (tokens merge across seams, or a reordering moves them).
+    pub(crate) fn fit(
+        retrieved: &[Retrieved],
+        mut n: usize,
+        budget: usize,
+        prompt_of: impl Fn(usize) -> String,
+    ) -> Composed {
+        n = n.min(retrieved.len());
+        let mut prompt = prompt_of(n);
+        while tokens::count(&prompt) > budget && n > 0 {
+            n -= 1;
+            prompt = prompt_of(n);
+        }
+        Composed {
+            tokens: tokens::count(&prompt),
+            trimmed: retrieved.len() - n,
+            included: retrieved[..n].to_vec(),
+            prompt,
+        }
+    }
+}
+
+/// Fails when the question and the frame around the memories (`fixed`
+/// tokens) do not fit the `budget` on their own.
+pub(crate) fn check_question_fits(fixed: usize, budget: usize) -> Result<()> {
+    if fixed > budget {
+        return Err(MemoryError::Invalid(format!(
+            "the question takes {fixed} tokens, over the budget of {budget}"
+        )));
+    }
+    Ok(())
+}
+
 /// Counters of one ingestion run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct IngestReport {

@@ -60,8 +60,8 @@ use crate::error::{MemoryError, Result};
 use crate::graph::{NewTriple, triple_text};
 use crate::metrics::Cut;
 use crate::pipeline::{
-    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, compact_refs, embed_batch,
-    query_vector, resolve,
+    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
+    compact_refs, embed_batch, query_vector, resolve,
 };
 use crate::store::{Item, ItemRef, ItemUpdate, Message, NewItem, Step, as_stored};
 use crate::time::human_date;
@@ -1028,11 +1028,7 @@ impl Pipeline for Amory {
         let head = "<memories>\n";
         let tail = format!("</memories>\n<user> {query} </user>");
         let fixed = tokens::count(head) + tokens::count(&tail);
-        if fixed > budget {
-            return Err(MemoryError::Invalid(format!(
-                "the question takes {fixed} tokens, over the budget of {budget}"
-            )));
-        }
+        check_question_fits(fixed, budget)?;
         let packer = Packer {
             standing: self.standing_context(env)?,
             render: Amory::render,

@@ -24,7 +24,8 @@ pub mod semantic;
 use crate::error::{MemoryError, Result};
 use crate::metrics::Cut;
 use crate::pipeline::{
-    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, resolve,
+    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
+    embed_batch, resolve,
 };
 use crate::store::{ItemRef, Message, NewItem, Step};
 use crate::time::human_date;
@@ -527,11 +528,7 @@ impl Pipeline for Nemori {
         let head = "<memories>\n";
         let tail = format!("</memories>\n<user> {query} </user>");
         let fixed = tokens::count(head) + tokens::count(&tail);
-        if fixed > budget {
-            return Err(MemoryError::Invalid(format!(
-                "the question takes {fixed} tokens, over the budget of {budget}"
-            )));
-        }
+        check_question_fits(fixed, budget)?;
         // The original messages of the top episodes first, within half of
         // the budget; the ranked items fill the rest.
         let mut originals = String::new();
@@ -561,23 +558,20 @@ impl Pipeline for Nemori {
             render: self.renderer(),
         };
         let room = budget - fixed - tokens::count(&originals).min(budget - fixed);
-        let mut packed = packer.pack(&retrieved, Cut::Budget(room));
-        let mut n = packed.items;
-        let mut prompt = format!("{head}{}{originals}{tail}", packed.text);
-        // Joining can merge a token or two across the seams.
-        while tokens::count(&prompt) > budget && n > 0 {
-            n -= 1;
-            packed = packer.pack(&retrieved[..n], Cut::Budget(room));
-            prompt = format!("{head}{}{originals}{tail}", packed.text);
+        let n = packer.pack(&retrieved, Cut::Budget(room)).items;
+        let composed = Composed::fit(&retrieved, n, budget, |n| {
+            let packed = packer.pack(&retrieved[..n], Cut::Budget(room));
+            format!("{head}{}{originals}{tail}", packed.text)
+        });
+        if composed.tokens <= budget {
+            return Ok(composed);
         }
-        if tokens::count(&prompt) > budget {
-            prompt = format!("{head}{tail}");
-            n = 0;
-        }
+        // Even the originals alone overshoot (by the joins): drop them too.
+        let prompt = format!("{head}{tail}");
         Ok(Composed {
             tokens: tokens::count(&prompt),
-            trimmed: retrieved.len() - n,
-            included: retrieved[..n].to_vec(),
+            trimmed: retrieved.len(),
+            included: Vec::new(),
             prompt,
         })
     }

@@ -46,7 +46,8 @@ use crate::error::{MemoryError, Result};
 use crate::metrics::Cut;
 use crate::nemori::boundary::{BoundaryConfig, time_gap};
 use crate::pipeline::{
-    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, resolve,
+    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
+    embed_batch, resolve,
 };
 use crate::store::{Item, ItemRef, Message, NewItem, Step};
 use crate::tokens;
@@ -559,11 +560,7 @@ impl Pipeline for Premem {
         let head = "<memories>\n";
         let tail = format!("</memories>\n<user> {query} </user>");
         let fixed = tokens::count(head) + tokens::count(&tail);
-        if fixed > budget {
-            return Err(MemoryError::Invalid(format!(
-                "the question takes {fixed} tokens, over the budget of {budget}"
-            )));
-        }
+        check_question_fits(fixed, budget)?;
         let packer = Packer {
             standing: String::new(),
             render: self.renderer(),
@@ -575,19 +572,8 @@ impl Pipeline for Premem {
             let body: String = chosen.iter().map(|r| Premem::render(&r.item) + "\n").collect();
             format!("{head}{body}{tail}")
         };
-        let mut n = packer.pack(&retrieved, Cut::Budget(budget - fixed)).items;
-        let mut prompt = prompt_of(n);
-        // Reordering can merge a token or two across line ends.
-        while tokens::count(&prompt) > budget && n > 0 {
-            n -= 1;
-            prompt = prompt_of(n);
-        }
-        Ok(Composed {
-            tokens: tokens::count(&prompt),
-            trimmed: retrieved.len() - n,
-            included: retrieved[..n].to_vec(),
-            prompt,
-        })
+        let n = packer.pack(&retrieved, Cut::Budget(budget - fixed)).items;
+        Ok(Composed::fit(&retrieved, n, budget, prompt_of))
     }
 
     fn drop_item(&mut self, id: i64) {

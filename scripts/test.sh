@@ -35,6 +35,9 @@ cargo test --workspace --doc
 # API tests under Node and in headless Chromium, the WebGPU tests in Chromium
 # with WebGPU on (SwiftShader), checks that index files cross between wasm
 # and the native CLI both ways, and loads the demo page (CPU and WebGPU).
+# wasm-bindgen drops DWARF from the modules, so the release profile's debug
+# info would only cost build time here.
+export CARGO_PROFILE_RELEASE_DEBUG=false
 wasm/build
 cargo clippy -p dentate-wasm --target wasm32-unknown-unknown --release --all-targets -- -D warnings
 cargo clippy -p dentate-wasm --target wasm32-unknown-unknown --release --all-targets --features webgpu -- -D warnings

@@ -7,20 +7,30 @@
 //! measures BM25 search alone (build time and bytes per document printed).
 //!
 //! `cargo bench --bench memory` (HEMA reports 14–22 ms per turn and 1.2 GB
-//! for 50K vectors); `RAYON_NUM_THREADS=1` for one core.
+//! for 50K vectors, with a sentence-transformer on an A100);
+//! `RAYON_NUM_THREADS=1` for one core. `DENTATE_BENCH_EMBEDDER=minilm`
+//! embeds turns and queries with all-MiniLM-L6-v2 instead (fetched with
+//! `dentate model fetch minilm`; the exact-index baselines are skipped, as
+//! ingesting with MiniLM is slow), and `DENTATE_BENCH_TURNS=N` sets the
+//! number of turns. The query embedding alone is measured too
+//! (`embed_query`), so each retrieval figure can be split into embedding
+//! and search + lookup.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use dentate_core::LexicalIndex;
-use dentate_embed::HashingEmbedder;
+use dentate_embed::{Embedder, HashingEmbedder, MiniLm};
 use dentate_memory::{DEFAULT_FUSION, HemaConfig, Memory, NewMessage, PipelineKind, Retriever, VectorMemoryConfig};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Turns ingested: 50,000 under `cargo bench`; 12,000 (still past the
-/// IVF switch) when `cargo test --benches` runs each benchmark once.
+/// Turns ingested: `DENTATE_BENCH_TURNS` if set, else 50,000 under `cargo
+/// bench`; 12,000 (still past the IVF switch) when `cargo test --benches`
+/// runs each benchmark once.
 fn n_turns() -> usize {
-    if std::env::args().any(|a| a == "--bench") {
+    if let Some(n) = std::env::var("DENTATE_BENCH_TURNS").ok().and_then(|v| v.parse().ok()) {
+        n
+    } else if std::env::args().any(|a| a == "--bench") {
         50_000
     } else {
         12_000
@@ -66,9 +76,22 @@ fn turns(n: usize) -> Vec<NewMessage> {
         .collect()
 }
 
+/// Whether `DENTATE_BENCH_EMBEDDER=minilm` asks for MiniLM.
+fn minilm() -> bool {
+    std::env::var("DENTATE_BENCH_EMBEDDER").is_ok_and(|v| v == "minilm")
+}
+
+/// The embedder of the run: the hashing embedder (384-d), or MiniLM.
+fn embedder() -> Arc<dyn Embedder> {
+    if minilm() {
+        Arc::new(MiniLm::load(&MiniLm::default_dir()).expect("MiniLM: run `dentate model fetch minilm` first"))
+    } else {
+        Arc::new(HashingEmbedder::new(384).expect("dimension"))
+    }
+}
+
 /// A memory holding `n` ingested turns, and its live item count.
-fn build(kind: PipelineKind, dir: &std::path::Path, n: usize) -> (Memory, usize) {
-    let e = Arc::new(HashingEmbedder::new(384).expect("dimension"));
+fn build(kind: PipelineKind, dir: &std::path::Path, n: usize, e: Arc<dyn Embedder>) -> (Memory, usize) {
     let mut m = Memory::open(dir, kind, e, None).expect("open");
     // Dense retrieval: the vector index is what this bench measures.
     m.set_retriever(Retriever::Dense);
@@ -88,19 +111,36 @@ fn bench(c: &mut Criterion) {
         vectors: exact.clone(),
         ..Default::default()
     };
-    let setups = [
-        ("rag/ivfpq", PipelineKind::Rag(VectorMemoryConfig::default())),
-        ("rag/exact", PipelineKind::Rag(exact)),
+    let mut setups = vec![
+        ("rag/ivfpq", PipelineKind::Rag(VectorMemoryConfig::default().into())),
+        ("rag/exact", PipelineKind::Rag(exact.into())),
         ("hema/ivfpq", PipelineKind::Hema(HemaConfig::default())),
         ("hema/exact", PipelineKind::Hema(hema_exact)),
     ];
-    let mut g = c.benchmark_group(format!("memory_retrieve_{}k", n_turns() / 1000));
+    if minilm() {
+        setups.retain(|(name, _)| name.ends_with("ivfpq"));
+    }
+    let e = embedder();
+    let group = match minilm() {
+        true => format!("memory_retrieve_minilm_{}k", n_turns() / 1000),
+        false => format!("memory_retrieve_{}k", n_turns() / 1000),
+    };
+    let mut g = c.benchmark_group(group);
     g.sample_size(30).measurement_time(Duration::from_secs(4));
+    // The query embedding alone: the part of every retrieval below that is
+    // not search or lookup.
+    let mut i = 0;
+    g.bench_function(format!("embed_query/{}", e.name()), |b| {
+        b.iter(|| {
+            i = (i + 1) % queries.len();
+            black_box(e.embed(&[queries[i].as_str()]).expect("embed"))
+        })
+    });
     for (name, kind) in setups {
         let dir = tempfile::tempdir().expect("tempdir");
         let t = std::time::Instant::now();
         let n = n_turns();
-        let (mut m, live) = build(kind, dir.path(), n);
+        let (mut m, live) = build(kind, dir.path(), n, e.clone());
         let bytes = m.memory_bytes("u");
         eprintln!(
             "{name}: {n} turns ingested in {:.1} s, {live} live items; index {:.1} MB = {:.0} bytes/live item; \

@@ -68,7 +68,13 @@ pub fn svg(out: &EvalOutcome) -> Res<String> {
     {
         let root = SVGBackend::with_string(&mut text, (1100, 460)).into_drawing_area();
         root.fill(&WHITE)?;
-        let title = format!("LoCoMo, {} questions, embedder {}", out.questions, out.embedder);
+        let title = format!(
+            "LoCoMo {} ({}), {} questions, embedder {}",
+            out.split,
+            if out.in_sample { "in-sample" } else { "held-out" },
+            out.questions,
+            out.embedder
+        );
         let root = root.titled(&title, ("sans-serif", 18))?;
         let panels = root.split_evenly((1, 2));
         for (panel, (name, answer)) in panels.iter().zip([("evidence recall", false), ("answer recall", true)]) {

@@ -55,7 +55,7 @@ pub struct MemoryArgs {
     /// Amory's consolidation ablations) or premem.
     #[arg(long, default_value = "hema")]
     pub pipeline: String,
-    /// HEMA and Nemori: append the resolution of relative dates
+    /// RAG, HEMA and Nemori: append the resolution of relative dates
     /// ("yesterday = 7 May 2023") to their items (PREMem always resolves
     /// them).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
@@ -326,14 +326,31 @@ pub struct LocomoArgs {
     /// LoCoMo JSON file.
     #[arg(long)]
     pub data: PathBuf,
+    /// Which conversations to run on: `tune` (conv-26, conv-30: where
+    /// defaults are chosen), `report` (conv-41, conv-42: held out) or
+    /// `all` (in-sample when it holds a tuning conversation). The output
+    /// says which it ran on.
+    #[arg(long, default_value = "all", conflicts_with = "conversations")]
+    pub split: String,
+    /// Run on these sample ids instead, comma-separated (e.g.
+    /// conv-41,conv-42).
+    #[arg(long)]
+    pub conversations: Option<String>,
     /// Pipelines to compare, comma-separated: rag, hema, nemori, amory
     /// (amory-rapid, amory-none), premem.
     #[arg(long, default_value = "rag")]
     pub pipeline: String,
-    /// HEMA and Nemori: append the resolution of relative dates to their
-    /// items (`false` reproduces the numbers measured before it existed).
+    /// RAG, HEMA and Nemori: append the resolution of relative dates to
+    /// their items (`false` reproduces the numbers measured before it
+    /// existed).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     pub resolve_dates: bool,
+    /// Change pipeline settings to re-check a default, comma-separated
+    /// `key=value` pairs: amory.headline, amory.bind, amory.continuity,
+    /// amory.split, nemori.sigma_s, premem.continuation (each applies to
+    /// its own pipeline).
+    #[arg(long)]
+    pub set: Option<String>,
     /// Cut the ranked items at these numbers of items, comma-separated
     /// (default 5,10,20 when no --budget is given).
     #[arg(long)]
@@ -373,7 +390,11 @@ pub struct LocomoArgs {
 
 pub fn eval_cmd(c: EvalCommand) -> Res<()> {
     let EvalCommand::Locomo(a) = c;
-    let ds = locomo::load(&a.data)?;
+    let split = match &a.conversations {
+        Some(ids) => locomo::Split::Conversations(names(ids).map(str::to_string).collect()),
+        None => locomo::Split::parse(&a.split)?,
+    };
+    let ds = locomo::load(&a.data)?.select(&split)?;
     let budgets = match &a.budget {
         Some(b) => crate::commands::parse_list(b, "budget")?,
         None => Vec::new(),
@@ -388,9 +409,24 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
     let retrievers = names(&a.retriever)
         .map(Retriever::parse)
         .collect::<Result<Vec<_>, _>>()?;
+    let settings: Vec<(&str, &str)> = match &a.set {
+        Some(s) => names(s)
+            .map(|kv| {
+                kv.split_once('=')
+                    .ok_or_else(|| format!("--set: `{kv}` is not key=value"))
+            })
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
     let pipelines = names(&a.pipeline)
-        .map(|n| PipelineKind::parse(n).map(|k| k.resolve_dates(a.resolve_dates)))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|n| {
+            let mut k = PipelineKind::parse(n)?.resolve_dates(a.resolve_dates);
+            for (key, value) in &settings {
+                k = k.set(key.trim(), value)?;
+            }
+            Ok(k)
+        })
+        .collect::<Result<Vec<_>, dentate_memory::MemoryError>>()?;
     if let Some(out) = &a.out {
         std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;
     }
@@ -413,6 +449,7 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
         answer_budget: a.answer_budget,
     };
     let out = eval::run(&ds, &opts, &workdir, &mut |m| eprintln!("{m}"))?;
+    eprintln!("{}", out.split_line());
     let mut json = out.to_json();
     json["data"] = a.data.display().to_string().into();
     if let Some(l) = &llm {

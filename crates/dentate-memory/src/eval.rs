@@ -3,26 +3,39 @@
 //!
 //! Every combination of pipeline × retriever runs on the same data and
 //! embedder in one process: each conversation is ingested once per pipeline
-//! into a fresh memory, then every question is retrieved once per retriever,
-//! deep enough to fill the largest budget. The ranked items are packed
-//! ([`crate::Packer`]) exactly as the pipeline's prompt holds them — its
-//! standing context (HEMA: the compact summary) first, then each item
-//! rendered with its date — and cut at every `k` and every budget. Each cut
-//! is scored for evidence recall through provenance (summary items, which
-//! cite a whole block without quoting it, cover none) and for answer recall
-//! (the gold answer's content words present in the packed text); see
-//! [`crate::metrics`]. With a model, answers are also generated from the
+//! into a fresh memory, then every question is retrieved once per retriever
+//! and cut. At `k` items the cut is exactly what [`Memory::retrieve`]`(k)`
+//! returns to a user (a fused ranking depends on how deep it is retrieved,
+//! so the top `k` of a deeper list is not it). At a budget the question is
+//! retrieved deep enough to fill the largest budget and the ranked items
+//! are packed ([`crate::Packer`]) exactly as the pipeline's prompt holds
+//! them — its standing context (HEMA: the compact summary) first, then each
+//! item rendered with its date. Each cut is scored for evidence recall
+//! through provenance (summary, story, sub-plot and reasoning items, which
+//! cite their messages without quoting them, cover none:
+//! [`CITES_WITHOUT_QUOTING`]) and for answer recall: the gold answer's
+//! content words present in what the packed items say
+//! ([`crate::Sayer`]: text and derived date resolutions, not the date
+//! headers of the rendering), with the older figure over the rendered
+//! text kept beside it; see [`crate::metrics`]. Model calls a pipeline
+//! makes at query time (Amory's coherence retrieval) are counted as the
+//! run's query cost. With a model, answers are also generated from the
 //! composed prompt and judged with the LLM-as-judge prompt of Amory,
-//! appendix A.1.
+//! appendix A.1; an adversarial (category 5) question is judged correct
+//! when the answer says the conversations do not hold the information
+//! ([`judge_gold`]).
+//!
+//! The run says which conversations it covered and whether its figures are
+//! in-sample ([`crate::locomo::Split`]).
 
 use crate::error::{MemoryError, Result};
 use crate::llm::{ChatMessage, Llm, ask_json};
-use crate::locomo::{Conversation, Dataset, Qa, SkipReport, category_name};
+use crate::locomo::{Conversation, Dataset, Qa, SkipReport, category_name, in_sample, split_name};
 use crate::memory::{Memory, PipelineKind};
 use crate::metrics::{
     Cut, CutResult, EvalReport, QuestionResult, aggregate, answer_recall, content_words, fmt_opt, words,
 };
-use crate::pipeline::{Packer, Retriever};
+use crate::pipeline::{Packer, Retrieved, Retriever, Sayer};
 use crate::store::NewMessage;
 use dentate_embed::Embedder;
 use serde_json::{Value, json};
@@ -104,6 +117,29 @@ impl EvalOptions {
     }
 }
 
+/// The gold answer an adversarial (category 5) question is judged against:
+/// the conversations do not hold what it asks about.
+pub const NOT_MENTIONED: &str = "Not mentioned in the conversation";
+
+/// The gold answer `qa` is judged against, `None` when it has none. For an
+/// adversarial question (category 5) it is [`NOT_MENTIONED`] — its
+/// `adversarial_answer` is the tempting *wrong* answer, named as such so
+/// that falling for the trap is judged WRONG — or, where the data also
+/// gives an `answer` (e.g. "No" to a yes/no trap), that answer too.
+pub fn judge_gold(qa: &Qa) -> Option<String> {
+    if qa.category != 5 {
+        return qa.answer.clone();
+    }
+    let mut gold = format!("{NOT_MENTIONED} (the conversations do not hold this information)");
+    if let Some(a) = &qa.answer {
+        gold.push_str(&format!(", or: {a}"));
+    }
+    if let Some(trap) = &qa.adversarial_answer {
+        gold.push_str(&format!(". \"{trap}\" is a wrong answer"));
+    }
+    Some(gold)
+}
+
 /// Judge results of one category.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JudgeRow {
@@ -147,6 +183,32 @@ pub struct IngestStats {
     pub llm_completion_tokens: u64,
 }
 
+/// Model calls a pipeline made at query time (retrieving for scoring and
+/// composing answer prompts: Amory's coherence retrieval), outside the
+/// answering and judging calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueryCost {
+    /// Model calls.
+    pub llm_calls: u64,
+    /// Of those, calls that failed.
+    pub llm_failures: u64,
+    /// Prompt tokens the server reported for them.
+    pub llm_prompt_tokens: u64,
+    /// Completion tokens the server reported for them.
+    pub llm_completion_tokens: u64,
+}
+
+impl QueryCost {
+    /// Adds what `llm` counted since `before`.
+    fn add_since(&mut self, llm: &dyn Llm, before: &crate::llm::LlmStats) {
+        let a = llm.stats();
+        self.llm_calls += a.calls - before.calls;
+        self.llm_failures += a.failures - before.failures;
+        self.llm_prompt_tokens += a.prompt_tokens - before.prompt_tokens;
+        self.llm_completion_tokens += a.completion_tokens - before.completion_tokens;
+    }
+}
+
 /// The results of one pipeline with one retriever.
 #[derive(Debug, Clone)]
 pub struct RunResult {
@@ -157,9 +219,11 @@ pub struct RunResult {
     /// Metrics per category and cut, and retrieval latency.
     pub report: EvalReport,
     /// Answer accuracy per category, when a judge model is configured
-    /// (category 5 is judged against its adversarial answer and reported
+    /// (category 5 is judged against [`judge_gold`] and reported
     /// separately, outside the overall row).
     pub judge: Option<Vec<JudgeRow>>,
+    /// Model calls the pipeline made at query time.
+    pub query_cost: QueryCost,
 }
 
 /// Data quirks met and how they were handled, counted over the dataset.
@@ -234,6 +298,14 @@ impl Quirks {
 pub struct EvalOutcome {
     /// Embedder name.
     pub embedder: String,
+    /// The sample ids evaluated, in order.
+    pub sample_ids: Vec<String>,
+    /// Which split they are ([`crate::locomo::split_name`]: `tune`,
+    /// `report`, `all` or `custom`).
+    pub split: &'static str,
+    /// Whether the figures are in-sample: the conversations include one
+    /// that defaults were tuned on ([`crate::locomo::in_sample`]).
+    pub in_sample: bool,
     /// Conversations evaluated.
     pub conversations: usize,
     /// Messages per conversation set (ingested once per pipeline).
@@ -251,14 +323,18 @@ pub struct EvalOutcome {
 }
 
 /// Version of the JSON layout written by [`EvalOutcome::to_json`].
-pub const JSON_SCHEMA_VERSION: u32 = 2;
+pub const JSON_SCHEMA_VERSION: u32 = 3;
 
 impl EvalOutcome {
     /// Everything as JSON: `{schema, embedder, dataset: {conversations,
-    /// messages, questions}, quirks: {…}, loader: {…}, ingest: [{pipeline,
-    /// messages, items, seconds, llm: {calls, failures, prompt_tokens,
-    /// completion_tokens}}], runs: [{pipeline, retriever, retrieval
-    /// (see [`EvalReport::to_json`]), judge}]}`.
+    /// sample_ids, split, in_sample, messages, questions}, quirks: {…},
+    /// loader: {…}, ingest: [{pipeline, messages, items, seconds, llm:
+    /// {calls, failures, prompt_tokens, completion_tokens}}], runs:
+    /// [{pipeline, retriever, retrieval (see [`EvalReport::to_json`]),
+    /// query_llm: {calls, failures, prompt_tokens, completion_tokens},
+    /// judge}]}`. Schema 3 added the split, the query-time model cost and
+    /// `answer_recall_rendered`, and made `answer_recall` count what items
+    /// say rather than their rendered text.
     pub fn to_json(&self) -> Value {
         let counts = |c: &[(&str, usize)]| -> Value {
             c.iter()
@@ -301,10 +377,17 @@ impl EvalOutcome {
                         })
                         .collect::<Vec<_>>()
                 });
+                let q = &r.query_cost;
                 json!({
                     "pipeline": r.pipeline,
                     "retriever": r.retriever,
                     "retrieval": r.report.to_json(),
+                    "query_llm": {
+                        "calls": q.llm_calls,
+                        "failures": q.llm_failures,
+                        "prompt_tokens": q.llm_prompt_tokens,
+                        "completion_tokens": q.llm_completion_tokens,
+                    },
                     "judge": judge,
                 })
             })
@@ -314,6 +397,9 @@ impl EvalOutcome {
             "embedder": self.embedder,
             "dataset": {
                 "conversations": self.conversations,
+                "sample_ids": self.sample_ids,
+                "split": self.split,
+                "in_sample": self.in_sample,
                 "messages": self.messages,
                 "questions": self.questions,
             },
@@ -324,13 +410,29 @@ impl EvalOutcome {
         })
     }
 
+    /// Which conversations the run covered and whether its figures are
+    /// in-sample, as one line.
+    pub fn split_line(&self) -> String {
+        format!(
+            "split {} ({}): {}",
+            self.split,
+            self.sample_ids.join(", "),
+            if self.in_sample {
+                "in-sample (includes conversations defaults were tuned on)"
+            } else {
+                "held-out (no conversation defaults were tuned on)"
+            }
+        )
+    }
+
     /// One Markdown table of the overall metrics: a row per pipeline ×
-    /// retriever × cut with evidence recall, full coverage, answer recall,
-    /// mean tokens and items used, and retrieval latency.
+    /// retriever × cut with evidence recall, full coverage, answer recall
+    /// (what the items say), the older rendered answer recall (headers
+    /// included), mean tokens and items used, and retrieval latency.
     pub fn summary_markdown(&self) -> String {
         let mut s = String::from(
-            "| pipeline | retriever | cut | evidence recall | full coverage | answer recall | tokens | items | p50 ms | p95 ms |\n\
-             |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| pipeline | retriever | cut | evidence recall | full coverage | answer recall | answer recall (rendered, old) | tokens | items | p50 ms | p95 ms |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let ms = |us: Option<u64>| us.map_or_else(|| "-".into(), |v| format!("{:.2}", v as f64 / 1000.0));
         for r in &self.runs {
@@ -340,12 +442,13 @@ impl EvalOutcome {
                     Cut::Budget(b) => format!("{b} tokens"),
                 };
                 s.push_str(&format!(
-                    "| {} | {} | {cut} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    "| {} | {} | {cut} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                     r.pipeline,
                     r.retriever,
                     fmt_opt(m.mean_recall, 3),
                     fmt_opt(m.full_coverage, 3),
                     fmt_opt(m.mean_answer_recall, 3),
+                    fmt_opt(m.mean_rendered_answer_recall, 3),
                     fmt_opt(m.mean_context_tokens, 0),
                     fmt_opt(m.mean_items, 1),
                     ms(r.report.latency_p50_us),
@@ -360,8 +463,12 @@ impl EvalOutcome {
     /// per-category table of every run, judge tables, and the data quirks.
     pub fn to_markdown(&self) -> String {
         let mut s = format!(
-            "{} conversations, {} messages, {} questions; embedder {}\n\n",
-            self.conversations, self.messages, self.questions, self.embedder
+            "{} conversations, {} messages, {} questions; embedder {}\n{}\n\n",
+            self.conversations,
+            self.messages,
+            self.questions,
+            self.embedder,
+            self.split_line()
         );
         s.push_str(&self.summary_markdown());
         s.push_str("\n| pipeline | ingest s | messages | items | LLM calls | LLM tokens (prompt + completion) |\n|---|---:|---:|---:|---:|---:|\n");
@@ -370,6 +477,16 @@ impl EvalOutcome {
                 "| {} | {:.2} | {} | {} | {} | {} + {} |\n",
                 i.pipeline, i.seconds, i.messages, i.items, i.llm_calls, i.llm_prompt_tokens, i.llm_completion_tokens
             ));
+        }
+        if self.runs.iter().any(|r| r.query_cost.llm_calls > 0) {
+            s.push_str("\n| pipeline | retriever | query-time LLM calls | failures | LLM tokens (prompt + completion) |\n|---|---|---:|---:|---:|\n");
+            for r in &self.runs {
+                let q = &r.query_cost;
+                s.push_str(&format!(
+                    "| {} | {} | {} | {} | {} + {} |\n",
+                    r.pipeline, r.retriever, q.llm_calls, q.llm_failures, q.llm_prompt_tokens, q.llm_completion_tokens
+                ));
+            }
         }
         for r in &self.runs {
             s.push_str(&format!("\n#### {} · {}\n\n", r.pipeline, r.retriever));
@@ -443,82 +560,131 @@ pub fn judge(llm: &dyn Llm, question: &str, gold: &str, generated: &str) -> Resu
     )?)
 }
 
-/// One question's retrieval, packed at every cut.
-fn score_question(mem: &mut Memory, user: &str, packer: &Packer, qa: &Qa, cuts: &[Cut]) -> Result<QuestionResult> {
-    let kmax = cuts
+/// The caller ids of the messages `used` items quote. A summary, a story
+/// or sub-plot headline or a PREMem reasoning fragment
+/// ([`CITES_WITHOUT_QUOTING`]) cites its messages without quoting them: it
+/// covers no evidence turn. Sorted, deduplicated.
+pub fn credited_refs(used: &[Retrieved]) -> Vec<String> {
+    let mut ids: Vec<String> = used
         .iter()
-        .filter_map(|c| if let Cut::K(k) = c { Some(*k) } else { None })
-        .max();
+        .filter(|h| !CITES_WITHOUT_QUOTING.contains(&h.item.kind.as_str()))
+        .flat_map(|h| h.source_refs.iter().cloned())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// One question of `user`'s memory scored at every cut (ascending, as
+/// [`crate::metrics::aggregate`] takes them): at `k` items, what
+/// [`Memory::retrieve`]`(k)` returns; at a budget, a list retrieved deep
+/// enough to fill the largest budget, packed by `packer`. Answer recall
+/// counts what `sayer` says the packed items say; the rendered figure,
+/// the packed text. The latency is that of the deep retrieval when there
+/// are budgets, else that of the largest `k`.
+pub fn score_question(
+    mem: &mut Memory,
+    user: &str,
+    packer: &Packer,
+    sayer: &Sayer,
+    qa: &Qa,
+    cuts: &[Cut],
+) -> Result<QuestionResult> {
     let bmax = cuts
         .iter()
         .filter_map(|c| if let Cut::Budget(b) = c { Some(*b) } else { None })
         .max();
-    // Deep enough for the largest k and to fill the largest budget (one
-    // item per 16 tokens, at least 32, is rarely short): double the depth
-    // while everything retrieved fits and more may exist.
-    let mut depth = kmax.unwrap_or(1).max(bmax.map_or(1, |b| b.div_ceil(16).max(32)));
-    // The pack at the largest budget decides the depth; it is kept for
-    // scoring that cut.
-    let (hits, latency_us, mut largest) = loop {
-        let t = Instant::now();
-        let hits = mem.retrieve(user, &qa.question, depth)?;
-        let latency_us = t.elapsed().as_micros() as u64;
-        let largest = bmax.map(|b| packer.pack(&hits, Cut::Budget(b)));
-        let more = hits.len() == depth && largest.as_ref().is_some_and(|p| p.exhausted);
-        if !more {
-            break (hits, latency_us, largest);
+    let mut latency_us = 0;
+    // Deep enough to fill the largest budget (one item per 16 tokens, at
+    // least 32, is rarely short): double the depth while everything
+    // retrieved fits and more may exist. The pack at the largest budget
+    // decides the depth; it is kept for scoring that cut.
+    let (deep, mut largest) = match bmax {
+        None => (Vec::new(), None),
+        Some(b) => {
+            let mut depth = b.div_ceil(16).max(32);
+            loop {
+                let t = Instant::now();
+                let hits = mem.retrieve(user, &qa.question, depth)?;
+                latency_us = t.elapsed().as_micros() as u64;
+                let largest = packer.pack(&hits, Cut::Budget(b));
+                if !(hits.len() == depth && largest.exhausted) {
+                    break (hits, Some(largest));
+                }
+                depth *= 2;
+            }
         }
-        depth *= 2;
     };
     let gold = match (qa.category, &qa.answer) {
         (5, _) | (_, None) => Default::default(),
         (_, Some(a)) => content_words(a),
     };
-    let cuts = cuts
-        .iter()
-        .map(|&cut| {
-            let packed = match cut {
-                Cut::Budget(b) if Some(b) == bmax => largest.take(),
-                _ => None,
+    let mut out = Vec::with_capacity(cuts.len());
+    for &cut in cuts {
+        let (hits, packed) = match cut {
+            Cut::K(k) => {
+                let t = Instant::now();
+                let hits = mem.retrieve(user, &qa.question, k)?;
+                if bmax.is_none() {
+                    latency_us = t.elapsed().as_micros() as u64;
+                }
+                let packed = packer.pack(&hits, cut);
+                (hits, packed)
             }
-            .unwrap_or_else(|| packer.pack(&hits, cut));
-            let used = &hits[..packed.items];
-            // A summary, a headline or a PREMem reasoning fragment cites its
-            // messages without quoting them: it covers no evidence turn.
-            let mut ids: Vec<String> = used
-                .iter()
-                .filter(|h| !CITES_WITHOUT_QUOTING.contains(&h.item.kind.as_str()))
-                .flat_map(|h| h.source_refs.iter().cloned())
-                .collect();
-            ids.sort();
-            ids.dedup();
-            let context: HashSet<String> = words(&packed.text).collect();
-            CutResult {
-                retrieved: ids,
-                context_tokens: packed.tokens,
-                items: packed.items,
-                answer_recall: answer_recall(&gold, &context),
+            Cut::Budget(b) => {
+                let packed = match largest.take() {
+                    Some(p) if Some(b) == bmax => p,
+                    other => {
+                        largest = other;
+                        packer.pack(&deep, cut)
+                    }
+                };
+                (deep.clone(), packed)
             }
-        })
-        .collect();
+        };
+        let used = &hits[..packed.items];
+        let standing_fits = packed.text.starts_with(&packer.standing);
+        let budget = match cut {
+            Cut::Budget(b) => Some(b),
+            Cut::K(_) => None,
+        };
+        let said = sayer.said(used, standing_fits, budget);
+        let said_words: HashSet<String> = words(&said).collect();
+        let rendered_words: HashSet<String> = words(&packed.text).collect();
+        out.push(CutResult {
+            retrieved: credited_refs(used),
+            context_tokens: packed.tokens,
+            items: packed.items,
+            answer_recall: answer_recall(&gold, &said_words),
+            rendered_answer_recall: answer_recall(&gold, &rendered_words),
+        });
+    }
     Ok(QuestionResult {
         category: qa.category,
         evidence: qa.evidence.clone(),
-        cuts,
+        cuts: out,
         latency_us,
     })
 }
 
 /// Generates an answer from the composed prompt and judges it; `None` when
 /// the question has no gold answer.
-fn judge_question(mem: &mut Memory, user: &str, llm: &dyn Llm, qa: &Qa, budget: usize) -> Result<Option<bool>> {
-    let gold = if qa.category == 5 {
-        qa.adversarial_answer.clone().or_else(|| qa.answer.clone())
-    } else {
-        qa.answer.clone()
-    };
-    let Some(gold) = gold else { return Ok(None) };
-    let composed = mem.compose(user, &qa.question, budget)?;
+fn judge_question(
+    mem: &mut Memory,
+    user: &str,
+    llm: &dyn Llm,
+    qa: &Qa,
+    budget: usize,
+    pipeline_llm: Option<&dyn Llm>,
+    cost: &mut QueryCost,
+) -> Result<Option<bool>> {
+    let Some(gold) = judge_gold(qa) else { return Ok(None) };
+    let before = pipeline_llm.map(|l| l.stats());
+    let composed = mem.compose(user, &qa.question, budget);
+    if let (Some(l), Some(b)) = (pipeline_llm, &before) {
+        cost.add_since(l, b);
+    }
+    let composed = composed?;
     let answer = generate_answer(llm, &composed.prompt, &qa.question)?;
     Ok(Some(judge(llm, &qa.question, &gold, &answer)?))
 }
@@ -562,6 +728,7 @@ pub fn run(
     for kind in &opts.pipelines {
         let mut results: Vec<Vec<QuestionResult>> = vec![Vec::new(); opts.retrievers.len()];
         let mut judged: Vec<BTreeMap<u8, (usize, usize)>> = vec![BTreeMap::new(); opts.retrievers.len()];
+        let mut query_cost = vec![QueryCost::default(); opts.retrievers.len()];
         let mut cost = IngestStats {
             pipeline: kind.name().to_string(),
             messages: 0,
@@ -606,12 +773,27 @@ pub fn run(
                 conv.qa.len()
             ));
             let packer = mem.packer(user)?;
+            let sayer = mem.sayer(user)?;
+            let pipeline_llm = opts.pipeline_llm.as_deref();
             for (ri, &retriever) in opts.retrievers.iter().enumerate() {
                 mem.set_retriever(retriever);
                 for qa in &conv.qa {
-                    results[ri].push(score_question(&mut mem, user, &packer, qa, &cuts)?);
+                    let before = pipeline_llm.map(|l| l.stats());
+                    let scored = score_question(&mut mem, user, &packer, &sayer, qa, &cuts);
+                    if let (Some(l), Some(b)) = (pipeline_llm, &before) {
+                        query_cost[ri].add_since(l, b);
+                    }
+                    results[ri].push(scored?);
                     if let Some(llm) = &opts.judge_llm
-                        && let Some(ok) = judge_question(&mut mem, user, llm.as_ref(), qa, opts.answer_budget)?
+                        && let Some(ok) = judge_question(
+                            &mut mem,
+                            user,
+                            llm.as_ref(),
+                            qa,
+                            opts.answer_budget,
+                            pipeline_llm,
+                            &mut query_cost[ri],
+                        )?
                     {
                         let e = judged[ri].entry(qa.category).or_default();
                         e.0 += 1;
@@ -628,11 +810,16 @@ pub fn run(
                 retriever: retriever.name(),
                 report: aggregate(&cuts, &results[ri]),
                 judge: opts.judge_llm.as_ref().map(|_| judge_rows(&judged[ri])),
+                query_cost: query_cost[ri],
             });
         }
     }
+    let sample_ids: Vec<String> = ds.conversations.iter().map(|c| c.sample_id.clone()).collect();
     Ok(EvalOutcome {
         embedder: opts.embedder.name().to_string(),
+        split: split_name(&sample_ids),
+        in_sample: in_sample(&sample_ids),
+        sample_ids,
         conversations: ds.conversations.len(),
         messages,
         questions: ds.conversations.iter().map(|c| c.qa.len()).sum(),

@@ -49,8 +49,10 @@ pub use llm::{ChatMessage, Llm, LlmError, LlmStats, ask_json};
 pub use memory::{Memory, PipelineKind};
 pub use metrics::Cut;
 pub use nemori::{Nemori, NemoriConfig};
-pub use pipeline::{Composed, DEFAULT_FUSION, Env, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever};
+pub use pipeline::{
+    Composed, DEFAULT_FUSION, Env, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever, Sayer,
+};
 pub use premem::{Premem, PrememConfig};
-pub use rag::Rag;
+pub use rag::{Rag, RagConfig};
 pub use store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewMessage, Store};
 pub use vecmem::{VectorMemory, VectorMemoryConfig};

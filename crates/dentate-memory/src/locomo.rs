@@ -64,6 +64,9 @@ pub enum LocomoError {
         /// What was wrong.
         reason: String,
     },
+    /// A conversation selection ([`Split`]) names a sample the file does not hold, or selects nothing.
+    #[error("conversation selection: {0}")]
+    Selection(String),
 }
 
 /// A parsed LoCoMo file.
@@ -667,6 +670,106 @@ fn month_number(name: &str) -> Option<u32> {
         .and_then(|i| u32::try_from(i + 1).ok())
 }
 
+/// The conversations of `locomo-dev.json` that defaults may be tuned on.
+pub const TUNE_CONVERSATIONS: &[&str] = &["conv-26", "conv-30"];
+/// The conversations of `locomo-dev.json` that results are reported on: never used to choose a default.
+pub const REPORT_CONVERSATIONS: &[&str] = &["conv-41", "conv-42"];
+
+/// Which conversations an evaluation runs on. The dev file is split once, here: defaults are chosen on
+/// [`TUNE_CONVERSATIONS`] and results reported on [`REPORT_CONVERSATIONS`]; a figure measured on conversations
+/// that include a tuning one is in-sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Split {
+    /// [`TUNE_CONVERSATIONS`]: for choosing defaults.
+    Tune,
+    /// [`REPORT_CONVERSATIONS`]: held out from tuning.
+    Report,
+    /// Every conversation of the file (in-sample when it holds a tuning conversation).
+    All,
+    /// These sample ids.
+    Conversations(Vec<String>),
+}
+
+impl Split {
+    /// Parses `tune`, `report` or `all`.
+    pub fn parse(s: &str) -> Result<Split, LocomoError> {
+        match s.trim() {
+            "tune" => Ok(Split::Tune),
+            "report" => Ok(Split::Report),
+            "all" => Ok(Split::All),
+            other => Err(LocomoError::Selection(format!(
+                "unknown split `{other}` (expected tune, report or all)"
+            ))),
+        }
+    }
+
+    /// The sample ids it selects (`None`: all of them).
+    pub fn sample_ids(&self) -> Option<Vec<String>> {
+        let owned = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect();
+        match self {
+            Split::Tune => Some(owned(TUNE_CONVERSATIONS)),
+            Split::Report => Some(owned(REPORT_CONVERSATIONS)),
+            Split::All => None,
+            Split::Conversations(ids) => Some(ids.clone()),
+        }
+    }
+}
+
+impl Dataset {
+    /// The conversations `split` selects, in file order (the loader's [`SkipReport`] stays that of the whole
+    /// file). Fails when a named sample id is not in the file or nothing is selected.
+    pub fn select(&self, split: &Split) -> Result<Dataset, LocomoError> {
+        let Some(ids) = split.sample_ids() else {
+            return Ok(self.clone());
+        };
+        if let Some(missing) = ids
+            .iter()
+            .find(|id| !self.conversations.iter().any(|c| &c.sample_id == *id))
+        {
+            let have: Vec<&str> = self.conversations.iter().map(|c| c.sample_id.as_str()).collect();
+            return Err(LocomoError::Selection(format!(
+                "no conversation `{missing}` in the file (it holds {})",
+                have.join(", ")
+            )));
+        }
+        let conversations: Vec<Conversation> = self
+            .conversations
+            .iter()
+            .filter(|c| ids.contains(&c.sample_id))
+            .cloned()
+            .collect();
+        if conversations.is_empty() {
+            return Err(LocomoError::Selection("no conversation selected".into()));
+        }
+        Ok(Dataset {
+            conversations,
+            skipped: self.skipped,
+        })
+    }
+}
+
+/// The name of the split a set of sample ids is: `tune`, `report`, `all` (the four dev conversations) or
+/// `custom`.
+pub fn split_name(ids: &[String]) -> &'static str {
+    let is = |set: &[&str]| ids.len() == set.len() && set.iter().all(|s| ids.iter().any(|i| i == s));
+    let all: Vec<&str> = TUNE_CONVERSATIONS.iter().chain(REPORT_CONVERSATIONS).copied().collect();
+    if is(TUNE_CONVERSATIONS) {
+        "tune"
+    } else if is(REPORT_CONVERSATIONS) {
+        "report"
+    } else if is(&all) {
+        "all"
+    } else {
+        "custom"
+    }
+}
+
+/// Whether figures measured on these sample ids are in-sample: they include a conversation defaults were tuned
+/// on ([`TUNE_CONVERSATIONS`]).
+pub fn in_sample(ids: &[String]) -> bool {
+    ids.iter().any(|i| TUNE_CONVERSATIONS.contains(&i.as_str()))
+}
+
 /// Human-readable name of a LoCoMo question category: 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop,
 /// 5 adversarial; anything else is `"unknown"`.
 pub fn category_name(c: u8) -> &'static str {
@@ -1111,5 +1214,53 @@ mod tests {
                 "unknown"
             ]
         );
+    }
+
+    fn four() -> Dataset {
+        let sample = |id: &str| {
+            format!(
+                r#"{{"sample_id": "{id}", "conversation": {{"speaker_a": "A", "speaker_b": "B",
+                "session_1": [{{"speaker": "A", "dia_id": "D1:1", "text": "hi"}}]}},
+                "qa": [{{"question": "q", "answer": "a", "evidence": ["D1:1"], "category": 4}}]}}"#
+            )
+        };
+        let ids = ["conv-26", "conv-30", "conv-41", "conv-42"];
+        parse(&format!("[{}]", ids.map(sample).join(","))).unwrap()
+    }
+
+    fn ids(d: &Dataset) -> Vec<String> {
+        d.conversations.iter().map(|c| c.sample_id.clone()).collect()
+    }
+
+    #[test]
+    fn splits_select_their_conversations_and_say_what_they_are() {
+        let d = four();
+        let tune = d.select(&Split::parse("tune").unwrap()).unwrap();
+        assert_eq!(ids(&tune), ["conv-26", "conv-30"]);
+        assert_eq!((split_name(&ids(&tune)), in_sample(&ids(&tune))), ("tune", true));
+        let report = d.select(&Split::parse("report").unwrap()).unwrap();
+        assert_eq!(ids(&report), ["conv-41", "conv-42"]);
+        assert_eq!((split_name(&ids(&report)), in_sample(&ids(&report))), ("report", false));
+        let all = d.select(&Split::parse("all").unwrap()).unwrap();
+        assert_eq!((split_name(&ids(&all)), in_sample(&ids(&all))), ("all", true));
+        assert_eq!(all, d);
+        // Named ids, in file order whatever order they are given in.
+        let one = d
+            .select(&Split::Conversations(vec!["conv-42".into(), "conv-30".into()]))
+            .unwrap();
+        assert_eq!(ids(&one), ["conv-30", "conv-42"]);
+        assert_eq!((split_name(&ids(&one)), in_sample(&ids(&one))), ("custom", true));
+        // Bad selections fail typed and name the problem.
+        let err = d.select(&Split::Conversations(vec!["conv-99".into()])).unwrap_err();
+        assert!(
+            matches!(err, LocomoError::Selection(_)) && err.to_string().contains("conv-99"),
+            "{err}"
+        );
+        let err = d.select(&Split::Conversations(Vec::new())).unwrap_err();
+        assert!(matches!(err, LocomoError::Selection(_)), "{err}");
+        let err = Split::parse("test").unwrap_err();
+        assert!(err.to_string().contains("tune, report or all"), "{err}");
+        // The tune and report splits are disjoint and cover the dev file.
+        assert!(TUNE_CONVERSATIONS.iter().all(|t| !REPORT_CONVERSATIONS.contains(t)));
     }
 }

@@ -5,11 +5,10 @@ use crate::error::{MemoryError, Result};
 use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
 use crate::nemori::{Nemori, NemoriConfig};
-use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever};
+use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever, Sayer};
 use crate::premem::{Premem, PrememConfig};
-use crate::rag::Rag;
+use crate::rag::{Rag, RagConfig};
 use crate::store::{NewMessage, Store, check_user};
-use crate::vecmem::VectorMemoryConfig;
 use dentate_embed::Embedder;
 use std::collections::HashMap;
 use std::path::Path;
@@ -19,7 +18,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub enum PipelineKind {
     /// Turn-level RAG baseline.
-    Rag(VectorMemoryConfig),
+    Rag(RagConfig),
     /// HEMA.
     Hema(HemaConfig),
     /// Nemori.
@@ -47,7 +46,7 @@ impl PipelineKind {
     /// `amory-none`).
     pub fn parse(name: &str) -> Result<Self> {
         match name {
-            "rag" => Ok(PipelineKind::Rag(VectorMemoryConfig::default())),
+            "rag" => Ok(PipelineKind::Rag(RagConfig::default())),
             "hema" => Ok(PipelineKind::Hema(HemaConfig::default())),
             "nemori" => Ok(PipelineKind::Nemori(NemoriConfig::default())),
             "amory" | "amory-rapid" | "amory-none" => {
@@ -68,17 +67,71 @@ impl PipelineKind {
         }
     }
 
-    /// Turns the relative-date annotation of HEMA's and Nemori's items
-    /// ([`crate::dates::annotate`], on by default) on or off; RAG and Amory
-    /// keep their texts as said (Amory's fragments carry their message's
-    /// date) and PREMem always resolves dates into its fragments' times.
+    /// Turns the relative-date annotation of RAG's, HEMA's and Nemori's
+    /// items ([`crate::dates::annotate`], on by default) on or off; Amory
+    /// keeps its texts as said (its fragments carry their message's date)
+    /// and PREMem always resolves dates into its fragments' times.
     pub fn resolve_dates(mut self, on: bool) -> Self {
         match &mut self {
+            PipelineKind::Rag(c) => c.resolve_dates = on,
             PipelineKind::Hema(c) => c.resolve_dates = on,
             PipelineKind::Nemori(c) => c.resolve_dates = on,
-            PipelineKind::Rag(_) | PipelineKind::Amory(_) | PipelineKind::Premem(_) => {}
+            PipelineKind::Amory(_) | PipelineKind::Premem(_) => {}
         }
         self
+    }
+
+    /// Sets one named setting, for re-checking a default (`dentate eval
+    /// locomo --set`): `amory.headline` (weight of the headline score),
+    /// `amory.bind`, `amory.continuity`, `amory.split` (offline binding
+    /// levels, for sentence and hashing embedders alike),
+    /// `nemori.sigma_s` (σ_s of predict–calibrate), `premem.continuation`
+    /// (`true`/`false`). A key of another pipeline leaves this one as it
+    /// is; an unknown key or a bad value is an error.
+    pub fn set(mut self, key: &str, value: &str) -> Result<Self> {
+        let bad = || MemoryError::Invalid(format!("bad value `{value}` for `{key}`"));
+        let num = || -> Result<f32> {
+            value
+                .trim()
+                .parse::<f32>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(bad)
+        };
+        match (key, &mut self) {
+            ("amory.headline", PipelineKind::Amory(c)) => c.retrieval.headline = num()?,
+            ("amory.bind", PipelineKind::Amory(c)) => {
+                let v = num()?;
+                (c.binding.sentence.bind, c.binding.hashing.bind) = (v, v);
+            }
+            ("amory.continuity", PipelineKind::Amory(c)) => {
+                let v = num()?;
+                (c.binding.sentence.continuity, c.binding.hashing.continuity) = (v, v);
+            }
+            ("amory.split", PipelineKind::Amory(c)) => {
+                let v = num()?;
+                (c.binding.sentence.split, c.binding.hashing.split) = (v, v);
+            }
+            ("nemori.sigma_s", PipelineKind::Nemori(c)) => c.semantic.relevant_threshold = num()?,
+            ("premem.continuation", PipelineKind::Premem(c)) => {
+                c.continuation = value.trim().parse::<bool>().map_err(|_| bad())?;
+            }
+            (
+                "amory.headline"
+                | "amory.bind"
+                | "amory.continuity"
+                | "amory.split"
+                | "nemori.sigma_s"
+                | "premem.continuation",
+                _,
+            ) => {}
+            _ => {
+                return Err(MemoryError::Invalid(format!(
+                    "unknown setting `{key}` (amory.headline, amory.bind, amory.continuity, amory.split, nemori.sigma_s, premem.continuation)"
+                )));
+            }
+        }
+        Ok(self)
     }
 
     fn build(&self) -> Box<dyn Pipeline> {
@@ -247,6 +300,17 @@ impl Memory {
             Ok(Packer {
                 standing: p.standing_context(env)?,
                 render: p.renderer(),
+            })
+        })
+    }
+
+    /// What packed items and the standing context of `user` say, for
+    /// answer recall (see [`Sayer`]).
+    pub fn sayer(&mut self, user: &str) -> Result<Sayer> {
+        self.with(user, |p, env| {
+            Ok(Sayer {
+                standing: p.standing_said(env)?,
+                say: p.sayer(),
             })
         })
     }

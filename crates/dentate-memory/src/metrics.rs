@@ -10,9 +10,17 @@
 //!   whose id the packed items carry in their provenance) and **full
 //!   coverage** (fraction of questions with all of them);
 //! - **answer recall**: mean fraction of the gold answer's content words
-//!   ([`content_words`]) present in the packed context ([`answer_recall`]).
-//!   Unlike evidence recall it cannot be raised by attaching many source
-//!   ids to a short summary, so the two are always reported side by side;
+//!   ([`content_words`]) present in what the packed items *say*
+//!   ([`answer_recall`]): their text and the date resolutions derived from
+//!   it, never the date header the renderer adds to every item (a
+//!   temporal answer like "7 May 2023" would otherwise be credited to any
+//!   item of that session, whatever it says). Unlike evidence recall it
+//!   cannot be raised by attaching many source ids to a short summary, so
+//!   the two are always reported side by side;
+//! - **rendered answer recall**, the figure reported before that
+//!   correction, kept as a secondary column so older tables can be
+//!   compared: the same fraction over the whole rendered context, headers
+//!   included (header-inflated);
 //! - mean context tokens and items actually used;
 //!
 //! and retrieval latency percentiles over all questions.
@@ -66,10 +74,13 @@ pub struct CutResult {
     pub context_tokens: usize,
     /// Items packed.
     pub items: usize,
-    /// [`answer_recall`] of the packed context; `None` when the question has
-    /// no gold answer with content words (category 5, or an answer made only
-    /// of stop words).
+    /// [`answer_recall`] of what the packed items say (headers excluded);
+    /// `None` when the question has no gold answer with content words
+    /// (category 5, or an answer made only of stop words).
     pub answer_recall: Option<f64>,
+    /// [`answer_recall`] of the whole rendered context, headers included
+    /// (the older, header-inflated figure); `None` as above.
+    pub rendered_answer_recall: Option<f64>,
 }
 
 /// What retrieval produced for one question, as input to [`aggregate`].
@@ -101,6 +112,9 @@ pub struct CutMetrics {
     pub answer_scored: usize,
     /// Mean answer recall over them; `None` if there are none.
     pub mean_answer_recall: Option<f64>,
+    /// Mean rendered (header-inflated) answer recall over the same
+    /// questions; `None` if there are none.
+    pub mean_rendered_answer_recall: Option<f64>,
     /// Mean context tokens over every question with a result at this cut.
     pub mean_context_tokens: Option<f64>,
     /// Mean items packed over the same questions.
@@ -224,7 +238,7 @@ fn summarise(category: Option<u8>, name: &'static str, cuts: &[Cut], members: &[
         .enumerate()
         .map(|(i, &cut)| {
             let (mut scored, mut recall_sum, mut full) = (0usize, 0.0f64, 0usize);
-            let (mut answered, mut answer_sum) = (0usize, 0.0f64);
+            let (mut answered, mut answer_sum, mut rendered_sum) = (0usize, 0.0f64, 0.0f64);
             let (mut ran, mut token_sum, mut item_sum) = (0usize, 0.0f64, 0.0f64);
             for (r, ev) in members.iter().zip(&evidence) {
                 let Some(c) = r.cuts.get(i) else { continue };
@@ -234,6 +248,7 @@ fn summarise(category: Option<u8>, name: &'static str, cuts: &[Cut], members: &[
                 if let Some(a) = c.answer_recall {
                     answered += 1;
                     answer_sum += a;
+                    rendered_sum += c.rendered_answer_recall.unwrap_or(a);
                 }
                 if ev.is_empty() {
                     continue;
@@ -253,6 +268,7 @@ fn summarise(category: Option<u8>, name: &'static str, cuts: &[Cut], members: &[
                 full_coverage: mean(full as f64, scored),
                 answer_scored: answered,
                 mean_answer_recall: mean(answer_sum, answered),
+                mean_rendered_answer_recall: mean(rendered_sum, answered),
                 mean_context_tokens: mean(token_sum, ran),
                 mean_items: mean(item_sum, ran),
             }
@@ -277,6 +293,7 @@ impl CutMetrics {
             "full_coverage": self.full_coverage,
             "answer_scored": self.answer_scored,
             "answer_recall": self.mean_answer_recall,
+            "answer_recall_rendered": self.mean_rendered_answer_recall,
             "mean_context_tokens": self.mean_context_tokens,
             "mean_items": self.mean_items,
         })
@@ -311,8 +328,10 @@ impl EvalReport {
     /// The report as JSON: `{cuts: [{cut, value}], latency_us: {p50, p95},
     /// categories: [row], overall: row}` where a row is `{category, name,
     /// questions, scored, per_cut: [{cut, value, scored, evidence_recall,
-    /// full_coverage, answer_scored, answer_recall, mean_context_tokens,
-    /// mean_items}]}`; undefined means are `null`.
+    /// full_coverage, answer_scored, answer_recall, answer_recall_rendered,
+    /// mean_context_tokens, mean_items}]}`; undefined means are `null`.
+    /// `answer_recall` counts what the items say; `answer_recall_rendered`
+    /// is the older figure over the rendered text, headers included.
     pub fn to_json(&self) -> Value {
         json!({
             "cuts": self.cuts.iter().map(|c| json!({"cut": c.kind(), "value": c.value()})).collect::<Vec<_>>(),
@@ -325,15 +344,17 @@ impl EvalReport {
     /// The report as a Markdown table: one row per category, then
     /// `overall`; columns `n` (questions with evidence), then per cut
     /// `ev` (evidence recall), `full` (full coverage), `ans` (answer
-    /// recall) and `tok` (mean context tokens); `-` where undefined.
+    /// recall over what the items say), `ans(r)` (the older rendered,
+    /// header-inflated answer recall) and `tok` (mean context tokens); `-`
+    /// where undefined.
     /// A latency line follows.
     pub fn to_markdown(&self) -> String {
         let mut out = String::from("| category | n |");
         let mut rule = String::from("|---|---:|");
         for c in &self.cuts {
             let l = c.label();
-            let _ = write!(out, " ev{l} | full{l} | ans{l} | tok{l} |");
-            rule.push_str("---:|---:|---:|---:|");
+            let _ = write!(out, " ev{l} | full{l} | ans{l} | ans(r){l} | tok{l} |");
+            rule.push_str("---:|---:|---:|---:|---:|");
         }
         out.push('\n');
         out.push_str(&rule);
@@ -343,10 +364,11 @@ impl EvalReport {
             for m in &row.per_cut {
                 let _ = write!(
                     out,
-                    " {} | {} | {} | {} |",
+                    " {} | {} | {} | {} | {} |",
                     fmt_opt(m.mean_recall, 3),
                     fmt_opt(m.full_coverage, 3),
                     fmt_opt(m.mean_answer_recall, 3),
+                    fmt_opt(m.mean_rendered_answer_recall, 3),
                     fmt_opt(m.mean_context_tokens, 0)
                 );
             }
@@ -390,6 +412,7 @@ mod tests {
                     context_tokens,
                     items: ids.len(),
                     answer_recall,
+                    rendered_answer_recall: answer_recall,
                 })
                 .collect(),
             latency_us,
@@ -526,7 +549,7 @@ mod tests {
         assert_eq!((r.overall.questions, r.overall.scored), (0, 0));
         assert_eq!(metrics(&r.overall), [(0, None, None, 0, None, None, None)]);
         assert_eq!((r.latency_p50_us, r.latency_p95_us), (None, None));
-        assert!(r.to_markdown().contains("| overall | 0 | - | - | - | - |"));
+        assert!(r.to_markdown().contains("| overall | 0 | - | - | - | - | - |"));
     }
 
     #[test]
@@ -535,20 +558,27 @@ mod tests {
         let lines: Vec<&str> = md.lines().collect();
         assert_eq!(
             lines[0],
-            "| category | n | ev@1 | full@1 | ans@1 | tok@1 | ev≤30 | full≤30 | ans≤30 | tok≤30 |"
+            "| category | n | ev@1 | full@1 | ans@1 | ans(r)@1 | tok@1 | ev≤30 | full≤30 | ans≤30 | ans(r)≤30 | tok≤30 |"
         );
-        assert_eq!(lines[1], "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        assert_eq!(lines[1], "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         assert_eq!(
             lines[2],
-            "| multi-hop (1) | 2 | 0.250 | 0.000 | 0.250 | 11 | 1.000 | 1.000 | 1.000 | 32 |"
+            "| multi-hop (1) | 2 | 0.250 | 0.000 | 0.250 | 0.250 | 11 | 1.000 | 1.000 | 1.000 | 1.000 | 32 |"
         );
         assert_eq!(
             lines[3],
-            "| temporal (2) | 2 | 0.625 | 0.500 | 1.000 | 8 | 0.500 | 0.000 | - | 20 |"
+            "| temporal (2) | 2 | 0.625 | 0.500 | 1.000 | 1.000 | 8 | 0.500 | 0.000 | - | - | 20 |"
         );
-        assert_eq!(lines[4], "| adversarial (5) | 0 | - | - | - | 5 | - | - | - | 15 |");
+        assert_eq!(
+            lines[4],
+            "| adversarial (5) | 0 | - | - | - | - | 5 | - | - | - | - | 15 |"
+        );
         assert!(lines[5].starts_with("| overall | 4 | 0.43"), "{}", lines[5]);
-        assert!(lines[5].ends_with("| 0.833 | 0.667 | 1.000 | 25 |"), "{}", lines[5]);
+        assert!(
+            lines[5].ends_with("| 0.833 | 0.667 | 1.000 | 1.000 | 25 |"),
+            "{}",
+            lines[5]
+        );
         assert!(md.contains("over 5 questions: p50 200 us, p95 1000 us"), "{md}");
     }
 
@@ -571,6 +601,32 @@ mod tests {
         assert_eq!(j["overall"]["per_cut"][1]["mean_context_tokens"], json!(24.75));
         assert_eq!(j["overall"]["per_cut"][1]["answer_recall"], json!(1.0));
         assert_eq!(j["overall"]["per_cut"][0]["cut"], "k");
+    }
+
+    #[test]
+    fn rendered_answer_recall_is_averaged_beside_the_said_one() {
+        let cut = |said: Option<f64>, rendered: Option<f64>| CutResult {
+            answer_recall: said,
+            rendered_answer_recall: rendered,
+            ..CutResult::default()
+        };
+        let q = |said, rendered| QuestionResult {
+            category: 2,
+            evidence: Vec::new(),
+            cuts: vec![cut(said, rendered)],
+            latency_us: 1,
+        };
+        let r = aggregate(
+            &[Cut::K(3)],
+            &[q(Some(0.0), Some(1.0)), q(Some(0.5), Some(0.5)), q(None, None)],
+        );
+        let m = &r.overall.per_cut[0];
+        assert_eq!(m.answer_scored, 2);
+        assert_eq!(m.mean_answer_recall, Some(0.25));
+        assert_eq!(m.mean_rendered_answer_recall, Some(0.75));
+        let j = r.to_json();
+        assert_eq!(j["overall"]["per_cut"][0]["answer_recall"], json!(0.25));
+        assert_eq!(j["overall"]["per_cut"][0]["answer_recall_rendered"], json!(0.75));
     }
 
     fn set(ws: &[&str]) -> BTreeSet<String> {

@@ -180,6 +180,17 @@ pub trait Pipeline: Send {
     fn renderer(&self) -> fn(&Item) -> String {
         render_item
     }
+    /// What one item *says*, for answer recall: its text and any date
+    /// resolution derived from it (`(yesterday = 7 May 2023)`), without the
+    /// date, title or header [`Pipeline::renderer`] adds around it.
+    fn sayer(&self) -> fn(&Item) -> String {
+        said_item
+    }
+    /// What [`Pipeline::standing_context`] says, without headers its
+    /// rendering adds (by default the standing context itself).
+    fn standing_said(&mut self, env: &mut Env<'_>) -> Result<String> {
+        self.standing_context(env)
+    }
     /// A readable listing of what the pipeline holds for the user (`dentate
     /// memory show`): by default every live item with its id, kind, date
     /// and source message ids; pipelines with structure print it.
@@ -535,6 +546,42 @@ pub fn render_item(item: &Item) -> String {
     }
 }
 
+/// What an item says by default: its stored text (which carries the date
+/// resolutions a pipeline derived from it), without the date header
+/// [`render_item`] adds.
+pub fn said_item(item: &Item) -> String {
+    item.text.clone()
+}
+
+/// What packed items say, for answer recall ([`Pipeline::sayer`]): the
+/// words of the context a gold answer may be credited from, where the date
+/// headers the renderer adds do not count.
+#[derive(Debug, Clone)]
+pub struct Sayer {
+    /// [`Pipeline::standing_said`].
+    pub standing: String,
+    /// [`Pipeline::sayer`].
+    pub say: fn(&Item) -> String,
+}
+
+impl Sayer {
+    /// What `used` (the items a [`Packed`] holds, in order) and the
+    /// standing context say, one item per line; `standing_fits` is whether
+    /// the pack holds the whole standing context (when a budget cut it,
+    /// its saying is cut to `budget` tokens too).
+    pub fn said(&self, used: &[Retrieved], standing_fits: bool, budget: Option<usize>) -> String {
+        let mut out = match (standing_fits, budget) {
+            (false, Some(b)) => tokens::truncate(&self.standing, b),
+            _ => self.standing.clone(),
+        };
+        for r in used {
+            out.push_str(&(self.say)(&r.item));
+            out.push('\n');
+        }
+        out
+    }
+}
+
 /// Packs ranked items into a context the way a pipeline's prompt holds
 /// them: its standing context first, then one rendered item per line.
 #[derive(Debug, Clone)]
@@ -707,6 +754,31 @@ mod tests {
                 assert_eq!((p.items, p.tokens <= 3), (0, true));
             }
         }
+    }
+
+    #[test]
+    fn a_sayer_leaves_out_the_date_headers_of_the_rendering() {
+        let items = ranked(&["Ann: one", "Bob: two (yesterday = 8 May 2023)"]);
+        let packer = Packer {
+            standing: "<compact> Ann counts. </compact>\n".into(),
+            render: render_item,
+        };
+        let sayer = Sayer {
+            standing: packer.standing.clone(),
+            say: said_item,
+        };
+        let p = packer.pack(&items, Cut::K(2));
+        assert_eq!(
+            p.text,
+            "<compact> Ann counts. </compact>\n[8 May 2023] Ann: one\nBob: two (yesterday = 8 May 2023)\n"
+        );
+        let said = sayer.said(&items[..p.items], true, None);
+        assert_eq!(
+            said,
+            "<compact> Ann counts. </compact>\nAnn: one\nBob: two (yesterday = 8 May 2023)\n"
+        );
+        // A standing context cut by a budget is cut in what it says too.
+        assert_eq!(sayer.said(&[], false, Some(3)), tokens::truncate(&sayer.standing, 3));
     }
 
     #[test]

@@ -1,5 +1,11 @@
 //! Turn-level RAG: every message is embedded alone and retrieved by
 //! cosine, top-k. The yardstick every other pipeline is compared with.
+//!
+//! Like HEMA's chunks and Nemori's episodes, a turn carries the
+//! resolution of its relative dates ([`crate::dates::annotate`]: `… went
+//! yesterday. (yesterday = 7 May 2023)`) unless
+//! [`RagConfig::resolve_dates`] is off, so that temporal comparisons with
+//! the pipelines are even.
 
 use crate::error::Result;
 use crate::metrics::Cut;
@@ -14,17 +20,48 @@ use crate::vecmem::VectorMemoryConfig;
 /// Messages embedded and committed per step.
 const BATCH: usize = 64;
 
+/// Settings of the RAG baseline.
+#[derive(Debug, Clone)]
+pub struct RagConfig {
+    /// The vector memory.
+    pub vectors: VectorMemoryConfig,
+    /// Append the resolution of relative dates to each turn, as HEMA and
+    /// Nemori do (default on).
+    pub resolve_dates: bool,
+}
+
+impl Default for RagConfig {
+    fn default() -> Self {
+        RagConfig {
+            vectors: VectorMemoryConfig::default(),
+            resolve_dates: true,
+        }
+    }
+}
+
+impl From<VectorMemoryConfig> for RagConfig {
+    /// These vector-memory settings, dates resolved.
+    fn from(vectors: VectorMemoryConfig) -> Self {
+        RagConfig {
+            vectors,
+            ..RagConfig::default()
+        }
+    }
+}
+
 /// The turn-level RAG baseline.
 #[derive(Debug)]
 pub struct Rag {
     vectors: Vectors,
+    resolve_dates: bool,
 }
 
 impl Rag {
-    /// A RAG pipeline with the given vector-memory settings.
-    pub fn new(cfg: VectorMemoryConfig) -> Self {
+    /// A RAG pipeline with the given settings.
+    pub fn new(cfg: RagConfig) -> Self {
         Rag {
-            vectors: Vectors::new("rag", cfg),
+            vectors: Vectors::new("rag", cfg.vectors),
+            resolve_dates: cfg.resolve_dates,
         }
     }
 }
@@ -40,7 +77,13 @@ impl Pipeline for Rag {
         let msgs = env.store.messages_after(env.user, after)?;
         let mut report = IngestReport::default();
         for (b, batch) in msgs.chunks(BATCH).enumerate() {
-            let texts: Vec<String> = batch.iter().map(message_text).collect();
+            let texts: Vec<String> = batch
+                .iter()
+                .map(|m| match m.msg.said_at {
+                    Some(t) if self.resolve_dates => crate::dates::annotate(&message_text(m), t),
+                    _ => message_text(m),
+                })
+                .collect();
             let vecs = embed_batch(env.embedder, &texts)?;
             let dim = env.embedder.dim();
             let turn = batch.last().map_or(0, |m| m.seq + 1);

@@ -819,3 +819,61 @@ fn malformed_answers_are_repaired_or_fail_typed_and_resume_loses_nothing() {
         Err(MemoryError::Llm(_))
     ));
 }
+
+/// [`talk`] as a LoCoMo sample, with two questions.
+fn talk_as_locomo() -> String {
+    let mut sessions = serde_json::Map::new();
+    for s in 1..=2u32 {
+        let turns: Vec<Value> = talk()
+            .iter()
+            .filter(|m| m.session == format!("session_{s}"))
+            .map(|m| json!({"speaker": m.speaker, "dia_id": m.source_ref, "text": m.text}))
+            .collect();
+        sessions.insert(
+            format!("session_{s}_date_time"),
+            json!(format!("9:00 am on {} May, 2023", s + 1)),
+        );
+        sessions.insert(format!("session_{s}"), Value::Array(turns));
+    }
+    sessions.insert("speaker_a".into(), json!("Ann"));
+    sessions.insert("speaker_b".into(), json!("Bob"));
+    json!([{
+        "sample_id": "talk",
+        "conversation": sessions,
+        "qa": [
+            {"question": "Where does Ann's sister Clara work?", "answer": "Lisbon", "evidence": ["D2:1"], "category": 4},
+            {"question": "What is Ann's cat called?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4}
+        ]
+    }])
+    .to_string()
+}
+
+#[test]
+fn query_time_model_calls_count_in_the_evaluation_cost() {
+    use dentate_memory::eval::{self, EvalOptions};
+    let server = model_server(200);
+    let llm: Arc<dyn Llm> = Arc::new(chat(&server, 5000, 0));
+    let ds = dentate_memory::locomo::parse(&talk_as_locomo()).unwrap();
+    let mut o = EvalOptions::new(PipelineKind::Amory(config(Consolidation::Inactive, 4)), embedder());
+    o.ks = vec![2, 5];
+    o.budgets = vec![300];
+    o.pipeline_llm = Some(llm.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
+    let all = stages(&server);
+    let retrievals = all.iter().filter(|s| **s == "retrieve").count();
+    // Every retrieval asks the coherence retriever once: one per k and one
+    // for the budget, for each of the two questions.
+    assert_eq!(retrievals, 2 * 3);
+    let run = &out.runs[0];
+    assert_eq!(run.query_cost.llm_calls as usize, retrievals);
+    assert_eq!(out.ingest[0].llm_calls as usize, all.len() - retrievals);
+    assert_eq!(llm.stats().calls as usize, all.len());
+    let j = out.to_json();
+    assert_eq!(j["runs"][0]["query_llm"]["calls"], json!(retrievals));
+    assert!(
+        out.to_markdown().contains("query-time LLM calls"),
+        "{}",
+        out.to_markdown()
+    );
+}

@@ -353,7 +353,7 @@ fn large_memory_switches_to_ivf_pq() {
         opq: false,
         rerank: 8,
     };
-    let mut m = Memory::open(dir.path(), PipelineKind::Rag(cfg.clone()), embedder(), None).unwrap();
+    let mut m = Memory::open(dir.path(), PipelineKind::Rag(cfg.clone().into()), embedder(), None).unwrap();
     m.ingest("ann", &long_dialogue(700)).unwrap();
     let hits = m
         .retrieve(
@@ -367,7 +367,7 @@ fn large_memory_switches_to_ivf_pq() {
     // Reopening loads the IVF-PQ file as it is.
     let idx = dentate_core::AnyIndex::load(&dir.path().join("ann.rag.dnt")).unwrap();
     assert!(matches!(idx, dentate_core::AnyIndex::IvfPq(_)));
-    let mut m = Memory::open(dir.path(), PipelineKind::Rag(cfg), embedder(), None).unwrap();
+    let mut m = Memory::open(dir.path(), PipelineKind::Rag(cfg.into()), embedder(), None).unwrap();
     let q = "Ann: Turn 654 about my Lisbon trip, note token654 for later.";
     assert!(m.retrieve("ann", q, 1).unwrap()[0].item.text.contains("token654 "));
 }
@@ -502,4 +502,55 @@ fn in_memory_snapshot_round_trips_and_refuses_damage() {
     let mut grown = bytes.clone();
     grown.push(0);
     assert!(refused(&grown), "trailing byte");
+}
+
+#[test]
+fn settings_are_changed_by_name_to_recheck_defaults() {
+    match PipelineKind::parse("amory")
+        .unwrap()
+        .set("amory.headline", "0.5")
+        .unwrap()
+    {
+        PipelineKind::Amory(c) => assert_eq!(c.retrieval.headline, 0.5),
+        other => panic!("{other:?}"),
+    }
+    match PipelineKind::parse("amory").unwrap().set("amory.bind", "0.4").unwrap() {
+        PipelineKind::Amory(c) => assert_eq!((c.binding.sentence.bind, c.binding.hashing.bind), (0.4, 0.4)),
+        other => panic!("{other:?}"),
+    }
+    match PipelineKind::parse("nemori")
+        .unwrap()
+        .set("nemori.sigma_s", "0")
+        .unwrap()
+    {
+        PipelineKind::Nemori(c) => assert_eq!(c.semantic.relevant_threshold, 0.0),
+        other => panic!("{other:?}"),
+    }
+    match PipelineKind::parse("premem")
+        .unwrap()
+        .set("premem.continuation", "false")
+        .unwrap()
+    {
+        PipelineKind::Premem(c) => assert!(!c.continuation),
+        other => panic!("{other:?}"),
+    }
+    // Another pipeline's key leaves a pipeline as it is.
+    match PipelineKind::parse("rag")
+        .unwrap()
+        .set("amory.headline", "0.5")
+        .unwrap()
+    {
+        PipelineKind::Rag(c) => assert!(c.resolve_dates),
+        other => panic!("{other:?}"),
+    }
+    // Unknown keys and bad values are typed errors.
+    for (pipeline, k, v) in [
+        ("amory", "amory.nope", "1"),
+        ("amory", "amory.headline", "x"),
+        ("amory", "amory.headline", "NaN"),
+        ("premem", "premem.continuation", "1"),
+    ] {
+        let err = PipelineKind::parse(pipeline).unwrap().set(k, v).unwrap_err();
+        assert!(matches!(err, MemoryError::Invalid(_)), "{k}={v}: {err}");
+    }
 }

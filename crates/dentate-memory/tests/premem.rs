@@ -615,16 +615,17 @@ fn resolved_dates_carry_the_answers_to_temporal_questions() {
     let ds = dentate_memory::locomo::parse(LOCOMO).unwrap();
     let mut o = EvalOptions::new(PipelineKind::parse("rag").unwrap(), embedder());
     o.pipelines = vec![
-        PipelineKind::parse("rag").unwrap(),
+        PipelineKind::parse("rag").unwrap().resolve_dates(false),
         PipelineKind::parse("premem").unwrap(),
         PipelineKind::parse("hema").unwrap().resolve_dates(false),
         PipelineKind::parse("hema").unwrap(),
         PipelineKind::parse("nemori").unwrap(),
+        PipelineKind::parse("rag").unwrap(),
     ];
     o.ks = vec![3];
     let dir = tempfile::tempdir().unwrap();
     let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
-    let temporal: Vec<(String, f64, f64)> = out
+    let temporal: Vec<(String, f64, f64, f64)> = out
         .runs
         .iter()
         .map(|r| {
@@ -634,18 +635,21 @@ fn resolved_dates_carry_the_answers_to_temporal_questions() {
                 r.pipeline.clone(),
                 m.mean_answer_recall.unwrap(),
                 m.mean_recall.unwrap(),
+                m.mean_rendered_answer_recall.unwrap(),
             )
         })
         .collect();
-    // The rendered session date holds "May 2023" but not the day; a
-    // resolved "yesterday" (7 May) and "last Sunday" (14 May) hold all:
-    // PREMem's fragment times, and HEMA's and Nemori's annotations (on by
-    // default; off for the third run).
-    let rag = &temporal[0];
-    assert!((rag.1 - 2.0 / 3.0).abs() < 1e-9, "{temporal:?}");
-    for (i, t) in temporal.iter().enumerate().skip(1) {
-        let want = if i == 2 { 2.0 / 3.0 } else { 1.0 };
+    // A resolved "yesterday" (7 May) and "last Sunday" (14 May) say the
+    // whole answer: PREMem's fragment times, and RAG's, HEMA's and
+    // Nemori's annotations (on by default; off for the first and third
+    // runs). Without them the items say none of it: the session date
+    // ("May 2023", not the day) is only the header the renderer adds,
+    // which the older rendered figure credited with 2 of 3 words.
+    for (i, t) in temporal.iter().enumerate() {
+        let resolved = i != 0 && i != 2;
+        let (want, rendered) = if resolved { (1.0, 1.0) } else { (0.0, 2.0 / 3.0) };
         assert!((t.1 - want).abs() < 1e-9, "{i}: {temporal:?}");
+        assert!((t.3 - rendered).abs() < 1e-9, "{i}: {temporal:?}");
         assert_eq!(t.2, 1.0, "evidence found: {temporal:?}");
     }
     assert_eq!(temporal[1].0, "premem");

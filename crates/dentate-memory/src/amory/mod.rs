@@ -949,6 +949,16 @@ impl Amory {
         resolve(env, &out)
     }
 
+    /// What an item says (answer recall): a story's headline line, the
+    /// text of anything else, without the `Story:`, `Sub-plot (date):`,
+    /// `Fact (date):` or `[date]` headers of [`Amory::render`].
+    fn said(item: &Item) -> String {
+        match item.kind.as_str() {
+            NARRATIVE => Head::parse(&item.text).line(),
+            _ => item.text.clone(),
+        }
+    }
+
     /// How an item shows in a prompt: story and sub-plot headers, dated
     /// fragments, dated facts.
     fn render(item: &Item) -> String {
@@ -1015,6 +1025,19 @@ impl Pipeline for Amory {
 
     fn renderer(&self) -> fn(&Item) -> String {
         Amory::render
+    }
+
+    fn sayer(&self) -> fn(&Item) -> String {
+        Amory::said
+    }
+
+    fn standing_said(&mut self, env: &mut Env<'_>) -> Result<String> {
+        let through = env.store.progress(env.user, self.name)?;
+        let pending = env.store.messages_after(env.user, through)?;
+        Ok(pending
+            .iter()
+            .map(|m| crate::pipeline::message_text(m) + "\n")
+            .collect())
     }
 
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {

@@ -574,8 +574,15 @@ pub fn is_question(sentence: &str) -> bool {
             .is_some_and(|w| INTERROGATIVES.contains(&w.as_str()))
 }
 
-/// The offline fragments of a session (see the module notes).
+/// The offline fragments of a session (see the module notes), continuing
+/// sentences filed under the topic before them ([`continues`]).
 pub fn offline(session: &[&Message], min_content_words: usize) -> Vec<Fragment> {
+    offline_with(session, min_content_words, true)
+}
+
+/// [`offline`], with the continuation rule on or off (off: every sentence
+/// is filed under its own key).
+pub fn offline_with(session: &[&Message], min_content_words: usize, continuation: bool) -> Vec<Fragment> {
     let names = speaker_names(session);
     let mut out = Vec::new();
     // The key of the last sentence that had one (questions included): what
@@ -592,7 +599,7 @@ pub fn offline(session: &[&Message], min_content_words: usize) -> Vec<Fragment> 
             }
             let own = key_of(s, &names);
             let key = match &topic {
-                Some(t) if continues(s) => t.clone(),
+                Some(t) if continuation && continues(s) => t.clone(),
                 _ => own.clone(),
             };
             if !key.is_empty() {

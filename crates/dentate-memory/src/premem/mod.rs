@@ -82,6 +82,10 @@ pub struct PrememConfig {
     /// A session is processed in parts of at most this many messages
     /// (default 64: one extraction prompt each).
     pub max_session_messages: usize,
+    /// Offline: file a continuing sentence ("It stands for love…") under
+    /// the key of the sentence before it ([`extract::continues`]; default
+    /// on).
+    pub continuation: bool,
     /// Items a composed prompt draws on, at least (default 30; more when
     /// the budget holds more, one per 16 tokens).
     pub compose_k: usize,
@@ -95,6 +99,7 @@ impl Default for PrememConfig {
             cluster: ClusterConfig::default(),
             reason: ReasonConfig::default(),
             min_content_words: 2,
+            continuation: true,
             session_gap_secs: BoundaryConfig::default().time_gap_secs,
             max_session_messages: 64,
             compose_k: 30,
@@ -288,7 +293,7 @@ impl Premem {
         let turn = last.seq + 1;
         let frags: Vec<Fragment> = match env.llm {
             Some(llm) => extract::with_llm(llm, &seg)?,
-            None => extract::offline(&seg, self.cfg.min_content_words),
+            None => extract::offline_with(&seg, self.cfg.min_content_words, self.cfg.continuation),
         };
         if frags.is_empty() {
             let step = Step {
@@ -521,6 +526,24 @@ impl Premem {
         Ok(report)
     }
 
+    /// What an item says (answer recall): `key: content` without the
+    /// `[time]` header, plus the resolution of any relative date the
+    /// content holds (`(yesterday = 7 May 2023)`, as
+    /// [`crate::dates::annotate`] writes it). A time the item only
+    /// inherits from its message's date is a header, not something said.
+    fn said(item: &Item) -> String {
+        let (_, key, content) = extract::split_text(&item.text);
+        let body = if key.is_empty() {
+            content.to_string()
+        } else {
+            format!("{key}: {content}")
+        };
+        match item.said_at {
+            Some(t) => crate::dates::annotate(&body, t),
+            None => body,
+        }
+    }
+
     /// Items render as stored: `[time] key: content`.
     fn render(item: &Item) -> String {
         item.text.clone()
@@ -553,6 +576,10 @@ impl Pipeline for Premem {
 
     fn renderer(&self) -> fn(&Item) -> String {
         Premem::render
+    }
+
+    fn sayer(&self) -> fn(&Item) -> String {
+        Premem::said
     }
 
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {
@@ -598,6 +625,43 @@ impl Pipeline for Premem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn item(kind: &str, text: &str) -> Item {
+        Item {
+            id: 1,
+            user: "u".into(),
+            pipeline: NAME.into(),
+            kind: kind.into(),
+            text: text.into(),
+            sources: vec![1],
+            // 8 May 2023, 13:56 UTC.
+            said_at: Some(1_683_554_160),
+            refers_to: None,
+            turn: 1,
+            parent: None,
+        }
+    }
+
+    #[test]
+    fn what_an_item_says_drops_the_time_header_and_keeps_resolutions() {
+        // A time inherited from the message date is a header: not said.
+        let inherited = item("factual", "[8 May 2023] cat: Ann has a grey cat called Pixel.");
+        assert_eq!(Premem::said(&inherited), "cat: Ann has a grey cat called Pixel.");
+        // A time resolved from the content is said, as annotate writes it.
+        let resolved = item("experiential", "[7 May 2023] Pixel: Ann adopted Pixel yesterday.");
+        assert_eq!(
+            Premem::said(&resolved),
+            "Pixel: Ann adopted Pixel yesterday. (yesterday = 7 May 2023)"
+        );
+        // Reasoning fragments lose their date header too.
+        let insight = item(
+            REASONING,
+            "[Before 8 May 2023] Pixel (accumulation): adopted; learned a trick",
+        );
+        assert_eq!(Premem::said(&insight), "Pixel (accumulation): adopted; learned a trick");
+        // Rendering keeps the header.
+        assert!(Premem::render(&resolved).starts_with("[7 May 2023]"));
+    }
 
     #[test]
     fn pending_round_trips_and_rejects_garbage() {

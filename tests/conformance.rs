@@ -217,7 +217,8 @@ mod cases {
             clusters: 12,
             spread: 0.05,
             seed: 21,
-        });
+        })
+        .unwrap();
         let cfg = KMeansConfig::new(12).spherical(true).seed(3).max_iter(20);
         let g = KMeans::train(&data, dim, &cfg, backend.as_ref()).unwrap();
         let w = KMeans::train(&data, dim, &cfg, &reference()).unwrap();

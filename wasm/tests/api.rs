@@ -18,6 +18,7 @@ fn synth(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
         spread: 0.8,
         seed,
     })
+    .expect("valid synthetic data")
 }
 
 fn ids(range: std::ops::Range<u32>) -> JsValue {

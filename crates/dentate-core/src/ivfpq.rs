@@ -293,7 +293,7 @@ impl InvList {
 /// ```
 /// use dentate_core::{Index, IvfPqConfig, IvfPqIndex, IvfSearchParams};
 /// use dentate_core::data::{clustered, SynthConfig};
-/// let data = clustered(&SynthConfig { n: 2_000, dim: 32, clusters: 20, spread: 0.8, seed: 1 });
+/// let data = clustered(&SynthConfig { n: 2_000, dim: 32, clusters: 20, spread: 0.8, seed: 1 })?;
 /// // 4-bit fast-scan: 16 lists, 16 sub-quantizers (8 code bytes per vector).
 /// let mut index = IvfPqIndex::new(32, IvfPqConfig::fastscan(16, 16))?;
 /// index.train(&data)?;

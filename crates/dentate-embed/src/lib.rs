@@ -72,6 +72,19 @@ pub enum EmbedError {
         /// Last failure.
         reason: String,
     },
+    /// A downloaded or cached file is not the pinned one: its SHA-256
+    /// differs from the expected hash.
+    #[error("{path}: SHA-256 is {found}, expected {expected} ({what})")]
+    Checksum {
+        /// The file.
+        path: String,
+        /// The pinned hash (lower-case hex).
+        expected: String,
+        /// The file's hash (lower-case hex).
+        found: String,
+        /// What the file should be, and what to do about it.
+        what: String,
+    },
     /// The server's answer is not the JSON the API defines, or disagrees
     /// with the request (count, dimension, non-finite values).
     #[error("malformed response from {url}: {reason}")]

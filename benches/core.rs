@@ -25,6 +25,7 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
         spread: 0.8,
         seed,
     })
+    .expect("valid synthetic data")
 }
 
 fn exact(c: &mut Criterion) {

@@ -9,6 +9,11 @@
 //! are left out and the reason is printed. Sizes scale with
 //! `DENTATE_GPU_BENCH_N` (base rows; default 100,000 under `cargo bench`,
 //! 5,000 for the single smoke pass `cargo test --all-targets` makes).
+//!
+//! A GPU case that ran any call on the CPU fallback is not a GPU number:
+//! each group asserts that the GPU backend's `fallbacks()` stayed at zero
+//! (after the warm-up call, before timing, and after timing), and the run
+//! fails otherwise.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dentate::compute::{BaseRef, Compute, CpuCompute};
@@ -41,17 +46,51 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
         spread: 0.8,
         seed,
     })
+    .expect("valid synthetic data")
 }
 
-fn backends() -> Vec<(String, Arc<dyn Compute>)> {
-    let mut out: Vec<(String, Arc<dyn Compute>)> = vec![("cpu".into(), Arc::new(CpuCompute::default()))];
+/// One backend of a group: its name, the compute interface, and for the
+/// GPU the backend itself (for its fallback counter).
+struct Backend {
+    name: String,
+    compute: Arc<dyn Compute>,
+    gpu: Option<Arc<GpuCompute>>,
+}
+
+impl Backend {
+    /// Panics when any call of this group ran on the CPU fallback: its
+    /// timing would be a CPU number under the GPU's name.
+    fn assert_no_fallback(&self, group: &str) {
+        if let Some(g) = &self.gpu {
+            let n = g.fallbacks();
+            assert_eq!(
+                n, 0,
+                "{group}: {n} call(s) of the GPU case fell back to the CPU; its timing is not a GPU number"
+            );
+        }
+    }
+}
+
+/// The CPU backend, and a fresh GPU backend (fallback counter at zero) for
+/// each group, when an adapter exists.
+fn backends() -> Vec<Backend> {
+    let mut out = vec![Backend {
+        name: "cpu".into(),
+        compute: Arc::new(CpuCompute::default()),
+        gpu: None,
+    }];
     match GpuCompute::with_options(GpuOptions {
         allow_software: true,
         ..GpuOptions::default()
     }) {
         Ok(g) => {
             eprintln!("gpu backend: {}", g.name());
-            out.push(("gpu".into(), Arc::new(g)));
+            let g = Arc::new(g);
+            out.push(Backend {
+                name: "gpu".into(),
+                compute: g.clone(),
+                gpu: Some(g),
+            });
         }
         Err(e) => eprintln!("gpu cases left out: {e}"),
     }
@@ -66,7 +105,8 @@ fn exact(c: &mut Criterion) {
     let mut g = c.benchmark_group("backend_exact_top10");
     g.sample_size(10).measurement_time(Duration::from_secs(10));
     g.throughput(Throughput::Elements(1_024));
-    for (name, b) in backends() {
+    for be in backends() {
+        let b = &be.compute;
         // The device copy of the base is made on the first call, as an index
         // would keep it; the timed calls upload queries only.
         let base_ref = BaseRef {
@@ -74,9 +114,11 @@ fn exact(c: &mut Criterion) {
             ..BaseRef::plain(&panels)
         };
         black_box(b.top_k(&queries[..DIM], base_ref, 10));
-        g.bench_function(BenchmarkId::new(format!("1024x{n}x384"), &name), |bench| {
+        be.assert_no_fallback("backend_exact_top10 (warm-up)");
+        g.bench_function(BenchmarkId::new(format!("1024x{n}x384"), &be.name), |bench| {
             bench.iter(|| black_box(b.top_k(black_box(&queries), base_ref, 10)))
         });
+        be.assert_no_fallback("backend_exact_top10");
     }
     g.finish();
 }
@@ -89,13 +131,18 @@ fn kmeans_step(c: &mut Criterion) {
     let mut g = c.benchmark_group("backend_kmeans_step");
     g.sample_size(10);
     g.throughput(Throughput::Elements(np as u64));
-    for (name, b) in backends() {
-        g.bench_function(BenchmarkId::new(format!("{np}x384_k{k}"), &name), |bench| {
+    for be in backends() {
+        let b = &be.compute;
+        let (assign, _) = b.assign(&points, &centroids, Metric::Cosine);
+        black_box(b.cluster_sums(&points, DIM, &assign, k));
+        be.assert_no_fallback("backend_kmeans_step (warm-up)");
+        g.bench_function(BenchmarkId::new(format!("{np}x384_k{k}"), &be.name), |bench| {
             bench.iter(|| {
                 let (assign, _) = b.assign(black_box(&points), &centroids, Metric::Cosine);
                 black_box(b.cluster_sums(&points, DIM, &assign, k))
             })
         });
+        be.assert_no_fallback("backend_kmeans_step");
     }
     g.finish();
 }
@@ -121,14 +168,16 @@ fn ivf(c: &mut Criterion) {
         let mut g = c.benchmark_group(group);
         g.sample_size(10);
         g.throughput(Throughput::Elements(1_000));
-        for (name, b) in backends() {
+        for be in backends() {
             let mut i = idx.clone();
-            i.set_compute(b);
+            i.set_compute(be.compute.clone());
             let p = IvfSearchParams { nprobe: 16, rerank: 4 };
             black_box(i.search_with(&queries[..DIM], 10, p).expect("search"));
-            g.bench_function(BenchmarkId::new(format!("1000x{n}x384"), &name), |bench| {
+            be.assert_no_fallback(&format!("{group} (warm-up)"));
+            g.bench_function(BenchmarkId::new(format!("1000x{n}x384"), &be.name), |bench| {
                 bench.iter(|| black_box(i.search_with(black_box(&queries), 10, p).expect("search")))
             });
+            be.assert_no_fallback(group);
         }
         g.finish();
     }

@@ -217,7 +217,8 @@ mod cases {
             clusters: 12,
             spread: 0.05,
             seed: 21,
-        });
+        })
+        .unwrap();
         let cfg = KMeansConfig::new(12).spherical(true).seed(3).max_iter(20);
         let g = KMeans::train(&data, dim, &cfg, backend.as_ref()).unwrap();
         let w = KMeans::train(&data, dim, &cfg, &reference()).unwrap();
@@ -433,6 +434,60 @@ mod cases {
         assert_eq!(pa.len(), 200);
         assert!(pa.iter().all(|&id| id < 1_000), "the older rows go first");
     }
+
+    /// The `k` rule on a backend: on an index smaller than the kernels'
+    /// largest list, a huge `k` (and `k × rerank` overflowing) is clamped
+    /// to the live rows, so it runs on the backend itself (the GPU
+    /// suite's fallback counter stays at zero) and answers as `k = live`
+    /// does on the reference.
+    pub fn huge_k(backend: Arc<dyn Compute>) {
+        let dim = 16;
+        let data = synth(400, dim, 6, 77);
+        let ids = wide_ids(100, 9);
+        let queries = synth(8, dim, 6, 78);
+        let mut want = FlatIndex::new(dim);
+        want.set_compute(Arc::new(reference()));
+        want.add(&ids, &data[..100 * dim]).unwrap();
+        want.remove(&ids[..5]);
+        let mut got = want.clone();
+        got.set_compute(backend.clone());
+        let w = want.search(&queries, want.len()).unwrap();
+        for k in [usize::MAX, 1 << 40] {
+            assert_same(
+                &as_cands(got.search(&queries, k).unwrap()),
+                &as_cands(w.clone()),
+                1e-4,
+                "flat huge k",
+            );
+        }
+        // The kernel itself, given an unclamped k.
+        let direct = backend.top_k(&queries, got.base(), usize::MAX);
+        let reference_all = reference().top_k(&queries, want.base(), 100);
+        assert_same(&direct, &reference_all, 1e-4, "top_k huge k");
+        for cfg in [IvfPqConfig::new(4, 4), IvfPqConfig::fastscan(4, 8)] {
+            let mut cfg = cfg;
+            cfg.kmeans_iterations = 5;
+            cfg.pq_iterations = 5;
+            let mut want = IvfPqIndex::new(dim, cfg).unwrap();
+            want.set_compute(Arc::new(reference()));
+            want.train(&data).unwrap();
+            want.add(&ids, &data[..100 * dim]).unwrap();
+            want.remove(&ids[..5]);
+            let mut got = want.clone();
+            got.set_compute(backend.clone());
+            for (nprobe, rerank) in [(2, 0), (4, usize::MAX), (usize::MAX, 1 << 40)] {
+                let p = IvfSearchParams { nprobe, rerank };
+                let w = want.search_with(&queries, want.len(), p).unwrap();
+                let g = got.search_with(&queries, usize::MAX, p).unwrap();
+                assert_same(
+                    &as_cands(g),
+                    &as_cands(w),
+                    1e-4,
+                    &format!("ivf huge k nprobe={nprobe} rerank={rerank}"),
+                );
+            }
+        }
+    }
 }
 
 macro_rules! conformance {
@@ -475,6 +530,10 @@ macro_rules! conformance {
             #[test]
             fn salience() {
                 run(cases::salience)
+            }
+            #[test]
+            fn huge_k() {
+                run(cases::huge_k)
             }
         }
     };

@@ -13,6 +13,7 @@ pub fn synth(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
         spread: 0.8,
         seed,
     })
+    .expect("valid synthetic data")
 }
 
 /// Gaussian vectors (not normalised).

@@ -100,12 +100,13 @@ pub(crate) async fn ivf_search(
             .await?
         }
     };
+    // `plan.k` is `k` clamped to the live count (the engine's `k` rule).
     let out = match (parts.store, plan.rerank) {
         (Some(store), true) => {
-            g.rerank_async(&plan.queries, store, parts.ids, &IvfPlan::rows(&cands), k)
+            g.rerank_async(&plan.queries, store, parts.ids, &IvfPlan::rows(&cands), plan.k)
                 .await
         }
         _ => cands,
     };
-    Ok(IvfPlan::finish(out, k))
+    Ok(IvfPlan::finish(out, plan.k))
 }

@@ -15,9 +15,11 @@ pub struct VectorIndex {
 }
 
 /// The results of a batched search: `queries × k` slots, row-major, best
-/// first, ties by smaller id. A query with fewer than `k` live results
-/// fills its row up to `counts[q]`; the rest of the row holds id
-/// `2^64 − 1` and score `NaN`.
+/// first, ties by smaller id, where `k` is the one asked for clamped to the
+/// live count (the engine's `k` rule: a huge `k` costs what the index
+/// holds, never more). A query with fewer than `k` results fills its row
+/// up to `counts[q]`; the rest of the row holds id `2^64 − 1` and score
+/// `NaN`.
 #[wasm_bindgen]
 #[derive(Debug, Clone)]
 pub struct SearchResults {
@@ -28,9 +30,18 @@ pub struct SearchResults {
 }
 
 impl SearchResults {
-    pub(crate) fn from_hits(hits: &[Vec<Hit>], k: usize) -> SearchResults {
-        let mut ids = vec![u64::MAX; hits.len() * k];
-        let mut scores = vec![f32::NAN; hits.len() * k];
+    /// The results of `hits` in rows of `min(k, live)` slots (`live`: what
+    /// the index holds). Fails, rather than wrapping, when the slots do not
+    /// fit the address space (32 bits in wasm32).
+    pub(crate) fn from_hits(hits: &[Vec<Hit>], k: usize, live: usize) -> Result<SearchResults, JsValue> {
+        let k = dentate_core::index::clamp_k(k, live);
+        let slots = hits
+            .len()
+            .checked_mul(k)
+            .filter(|&s| s <= isize::MAX as usize / std::mem::size_of::<u64>())
+            .ok_or_else(|| err(format!("{} queries × {k} results do not fit in memory", hits.len())))?;
+        let mut ids = vec![u64::MAX; slots];
+        let mut scores = vec![f32::NAN; slots];
         let mut counts = Vec::with_capacity(hits.len());
         for (q, row) in hits.iter().enumerate() {
             for (j, h) in row.iter().take(k).enumerate() {
@@ -39,7 +50,7 @@ impl SearchResults {
             }
             counts.push(row.len().min(k) as u32);
         }
-        SearchResults { ids, scores, counts, k }
+        Ok(SearchResults { ids, scores, counts, k })
     }
 }
 
@@ -174,11 +185,13 @@ impl VectorIndex {
     }
 
     /// Searches `queries` (row-major, `nq × dim`) for the `k` most similar
-    /// live vectors each. `k = 0`, NaN/Inf or a wrong length throw; an
-    /// empty index throws.
+    /// live vectors each (`k` larger than the index is clamped to its
+    /// size). `k = 0`, NaN/Inf or a wrong length throw; an empty index
+    /// throws.
     pub fn search(&self, queries: &[f32], k: usize) -> Result<SearchResults, JsValue> {
-        let hits = self.inner.as_index().search(queries, k).map_err(err)?;
-        Ok(SearchResults::from_hits(&hits, k))
+        let index = self.inner.as_index();
+        let hits = index.search(queries, k).map_err(err)?;
+        SearchResults::from_hits(&hits, k, index.len())
     }
 
     /// IVF-PQ search with explicit `nprobe` and re-rank factor (0 = no
@@ -196,7 +209,7 @@ impl VectorIndex {
             AnyIndex::IvfPq(i) => i.search_with(queries, k, IvfSearchParams { nprobe, rerank }),
         }
         .map_err(err)?;
-        Ok(SearchResults::from_hits(&hits, k))
+        SearchResults::from_hits(&hits, k, self.inner.as_index().len())
     }
 
     /// Removes ids (tombstones); returns how many were present.
@@ -333,6 +346,7 @@ impl VectorIndex {
         let hits = match &self.inner {
             AnyIndex::Flat(i) => {
                 let q = dentate_core::index::check_search(i.len(), &queries, i.dim(), k).map_err(err)?;
+                let k = dentate_core::index::clamp_k(k, i.len());
                 let cands = gpu.inner.top_k_async(&q, i.base(), k).await;
                 dentate_core::IvfPlan::finish(cands, k)
             }
@@ -340,6 +354,6 @@ impl VectorIndex {
                 .await
                 .map_err(err)?,
         };
-        Ok(SearchResults::from_hits(&hits, k))
+        SearchResults::from_hits(&hits, k, self.inner.as_index().len())
     }
 }

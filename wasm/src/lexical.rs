@@ -47,10 +47,11 @@ impl LexicalIndex {
         self.inner.compact();
     }
 
-    /// The `k` best documents for `text` (one query row).
+    /// The `k` best documents for `text` (one query row; `k` larger than
+    /// the index is clamped to its size).
     pub fn search(&self, text: &str, k: usize) -> Result<SearchResults, JsValue> {
         let hits = self.inner.search(text, k).map_err(err)?;
-        Ok(SearchResults::from_hits(&[hits], k))
+        SearchResults::from_hits(&[hits], k, self.inner.len())
     }
 
     /// Live documents.
@@ -92,5 +93,7 @@ pub fn hybrid_search(
     };
     let hits =
         dentate_core::hybrid_search(index.as_index(), &lexical.inner, vector, text, k, fusion, None).map_err(err)?;
-    Ok(SearchResults::from_hits(&[hits], k))
+    // Fused hits come from either index: at most the two sizes together.
+    let live = index.as_index().len().saturating_add(lexical.inner.len());
+    SearchResults::from_hits(&[hits], k, live)
 }

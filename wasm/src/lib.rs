@@ -73,11 +73,15 @@ pub fn synthetic(n: usize, dim: usize, clusters: usize, seed: u64) -> Result<Vec
     if n.checked_mul(dim).is_none_or(|x| x > (1 << 28)) {
         return Err(convert::err("n × dim is larger than 2^28 floats"));
     }
-    Ok(dentate_core::data::clustered(&dentate_core::data::SynthConfig {
+    if clusters.checked_mul(dim).is_none_or(|x| x > (1 << 28)) {
+        return Err(convert::err("clusters × dim is larger than 2^28 floats"));
+    }
+    dentate_core::data::clustered(&dentate_core::data::SynthConfig {
         n,
         dim,
         clusters,
         spread: 0.8,
         seed,
-    }))
+    })
+    .map_err(convert::err)
 }

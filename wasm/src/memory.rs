@@ -59,7 +59,7 @@ impl Embedder for JsEmbedder {
         } else {
             return Err(bad("did not return a Float32Array".into()));
         };
-        if v.len() != texts.len() * self.dim {
+        if Some(v.len()) != texts.len().checked_mul(self.dim) {
             return Err(bad(format!(
                 "returned {} floats for {} texts of dimension {}",
                 v.len(),
@@ -90,8 +90,9 @@ fn describe(e: &JsValue) -> String {
 /// ids of the messages they came from) out. Options:
 /// `pipeline` (`hema` default, `nemori`, `rag`), `retriever` (`hybrid`
 /// default, `dense`, `bm25`, `rrf[:C]`, `weighted:W`), `dim` (hashing
-/// embedder dimension, default 384), or `embed` + `embedDim` (+ optional
-/// `embedName`) to embed with your own synchronous function.
+/// embedder dimension, 2 to 65,536, default 384), or `embed` + `embedDim`
+/// (1 to 65,536; + optional `embedName`) to embed with your own
+/// synchronous function.
 #[wasm_bindgen]
 pub struct AgentMemory {
     mem: Memory,
@@ -117,6 +118,12 @@ fn settings(options: &JsValue) -> Result<Settings, JsValue> {
             let dim = get_usize(options, "embedDim")?
                 .filter(|d| *d > 0)
                 .ok_or_else(|| err("option `embedDim` (a positive integer) is required with `embed`"))?;
+            if dim > dentate_embed::MAX_DIM {
+                return Err(err(format!(
+                    "option `embedDim` is {dim}, above the largest dimension ({})",
+                    dentate_embed::MAX_DIM
+                )));
+            }
             let name = get_string(options, "embedName")?.unwrap_or_else(|| format!("js-{dim}"));
             Arc::new(JsEmbedder { f, dim, name })
         }

@@ -18,6 +18,7 @@ fn synth(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
         spread: 0.8,
         seed,
     })
+    .expect("valid synthetic data")
 }
 
 fn ids(range: std::ops::Range<u32>) -> JsValue {
@@ -379,4 +380,89 @@ fn a_javascript_embedder_drives_the_memory() {
     let m = message(mem.add_messages("u", chat()).unwrap_err());
     assert!(m.contains("returned 3 floats"), "{m}");
     assert_eq!(mem.message_count("u").unwrap(), 4.0, "raw messages are kept");
+}
+
+/// The `k` rule through every method that takes a `k`: a `k` far above the
+/// index (here `usize::MAX`, 2^32 − 1 in wasm32, whose product with the
+/// query count wraps) returns every live result in rows of `size` slots,
+/// and never allocates by `k`.
+#[wasm_bindgen_test]
+fn huge_k_is_clamped_to_the_index_size() {
+    let dim = 8;
+    let data = synth(300, dim, 4, 5);
+    let q = &data[..dim * 3];
+    let mut exact = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
+    let mut ivf = VectorIndex::ivf_pq(dim, 4, 4, JsValue::UNDEFINED).unwrap();
+    let mut fast = VectorIndex::fast_scan(dim, 1, 4, JsValue::UNDEFINED).unwrap();
+    ivf.train(&data).unwrap();
+    fast.train(&data).unwrap();
+    for idx in [&mut exact, &mut ivf, &mut fast] {
+        idx.add(ids(0..50), &data[..50 * dim]).unwrap();
+        let kind = idx.kind();
+        let want = idx.search(q, 50).unwrap();
+        for r in [
+            idx.search(q, usize::MAX).unwrap(),
+            idx.search(q, usize::MAX / 3).unwrap(),
+            idx.search_with(q, usize::MAX, 4, usize::MAX).unwrap(),
+        ] {
+            assert_eq!((r.queries(), r.k()), (3, 50), "{kind}");
+            assert_eq!(r.counts().to_vec(), vec![50, 50, 50], "{kind}");
+            for i in 0..3 {
+                assert_eq!(row(&r, i), row(&want, i), "{kind} query {i}");
+            }
+        }
+        assert!(message(idx.search(q, 0).unwrap_err()).contains("k must be"));
+    }
+
+    let docs = ["red apples", "green apples", "red cars", "blue sky"];
+    let mut lex = LexicalIndex::new(None, None).unwrap();
+    lex.add(ids(0..4), strings(&docs)).unwrap();
+    let r = lex.search("red apples", usize::MAX).unwrap();
+    assert_eq!((r.k(), r.counts().to_vec()), (4, vec![3]));
+    let emb = HashingEmbedder::new(Some(16)).unwrap();
+    let mut small = VectorIndex::exact(16, JsValue::UNDEFINED).unwrap();
+    small.add(ids(0..4), &emb.embed(strings(&docs)).unwrap()).unwrap();
+    let qv = emb.embed(strings(&["red apples"])).unwrap();
+    let r = hybrid_search(&small, &lex, &qv, "red apples", usize::MAX, None).unwrap();
+    assert_eq!(r.counts().to_vec(), vec![4], "every document, once");
+}
+
+#[cfg(feature = "memory")]
+#[wasm_bindgen_test]
+fn memory_retrieve_clamps_k() {
+    let mut mem = AgentMemory::new(JsValue::UNDEFINED).unwrap();
+    mem.add_messages("ann", chat()).unwrap();
+    let all = mem.retrieve("ann", "Where is Clara moving?", usize::MAX).unwrap();
+    assert_eq!(all.length(), 4, "every memory, no more");
+}
+
+/// `dim` and `embedDim` are bounded: a huge one is a clear error at
+/// construction, never an allocation sized by it.
+#[cfg(feature = "memory")]
+#[wasm_bindgen_test]
+fn memory_dimensions_are_bounded() {
+    for (key, value) in [
+        ("dim", 65_537.0),
+        ("dim", 4e9),
+        ("dim", 9_007_199_254_740_991.0),
+        ("dim", 1.0),
+    ] {
+        let opts = js_sys::Object::new();
+        Reflect::set(&opts, &key.into(), &value.into()).unwrap();
+        let m = message(AgentMemory::new(opts.into()).map(|_| ()).unwrap_err());
+        assert!(m.contains("dim"), "{key} = {value}: {m}");
+    }
+    let f = js_sys::Function::new_with_args("texts", "return new Float32Array(texts.length * 4);");
+    for big in [65_537.0, 4e9] {
+        let opts = js_sys::Object::new();
+        Reflect::set(&opts, &"embed".into(), &f).unwrap();
+        Reflect::set(&opts, &"embedDim".into(), &big.into()).unwrap();
+        let m = message(AgentMemory::new(opts.into()).map(|_| ()).unwrap_err());
+        assert!(m.contains("embedDim"), "{m}");
+    }
+    let opts = js_sys::Object::new();
+    Reflect::set(&opts, &"dim".into(), &65_536.0.into()).unwrap();
+    let mut mem = AgentMemory::new(opts.into()).unwrap();
+    mem.add_messages("ann", chat()).unwrap();
+    assert!(HashingEmbedder::new(Some(65_537)).is_err());
 }

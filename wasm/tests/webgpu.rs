@@ -20,6 +20,7 @@ fn synth(n: usize, dim: usize, seed: u64) -> Vec<f32> {
         spread: 0.8,
         seed,
     })
+    .expect("valid synthetic data")
 }
 
 fn ids(n: u32) -> JsValue {

@@ -62,8 +62,7 @@ pub struct BenchArgs {
 
 /// Runs the benchmark.
 pub fn run(a: &BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let (pool, threads) = crate::commands::thread_pool(a.threads)?;
     pool.install(|| run_in_pool(a, threads).map_err(|e| e.to_string()))?;
     Ok(())
 }

@@ -165,6 +165,27 @@ pub enum DataCommand {
     },
 }
 
+/// `--NAME` must be at least 1.
+pub(crate) fn positive(v: usize, name: &str) -> Res<()> {
+    if v == 0 {
+        return Err(format!("--{name} must be at least 1").into());
+    }
+    Ok(())
+}
+
+/// Most worker threads `--threads` accepts.
+const MAX_THREADS: usize = 1024;
+
+/// The worker pool of `--threads` (default: all cores), checked: 1 to
+/// 1,024 threads, so a typo cannot spawn millions.
+pub(crate) fn thread_pool(threads: Option<usize>) -> Res<(rayon::ThreadPool, usize)> {
+    let n = threads.unwrap_or_else(rayon::current_num_threads);
+    if !(1..=MAX_THREADS).contains(&n) {
+        return Err(format!("--threads {n}: use 1 to {MAX_THREADS}").into());
+    }
+    Ok((rayon::ThreadPoolBuilder::new().num_threads(n).build()?, n))
+}
+
 pub(crate) fn parse_list(s: &str, what: &str) -> Res<Vec<usize>> {
     s.split(',')
         .map(|x| {
@@ -308,13 +329,15 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
         Isa::active().name(),
         rayon::current_num_threads()
     );
+    positive(a.n, "n")?;
+    positive(a.queries, "queries")?;
     let all = clustered(&SynthConfig {
-        n: a.n + a.queries,
+        n: a.n.checked_add(a.queries).ok_or("--n + --queries overflows")?,
         dim,
         clusters: (a.n / 100).max(8),
         spread: 0.8,
         seed: a.seed,
-    });
+    })?;
     let base = Matrix {
         data: all[..a.n * dim].to_vec(),
         rows: a.n,
@@ -647,14 +670,20 @@ pub(crate) fn data(c: DataCommand) -> Res<()> {
             spread,
             seed,
         } => {
-            std::fs::create_dir_all(&out)?;
-            let all = clustered(&SynthConfig {
-                n: n + queries,
+            positive(n, "n")?;
+            positive(queries, "queries")?;
+            positive(clusters, "clusters")?;
+            let cfg = SynthConfig {
+                n: n.checked_add(queries).ok_or("--n + --queries overflows")?,
                 dim,
                 clusters,
                 spread,
                 seed,
-            });
+            };
+            // Refuse a bad configuration before creating anything.
+            cfg.check()?;
+            std::fs::create_dir_all(&out)?;
+            let all = clustered(&cfg)?;
             let (b, q) = all.split_at(n * dim);
             write_fvecs(&out.join("base.fvecs"), b, dim)?;
             write_fvecs(&out.join("queries.fvecs"), q, dim)?;

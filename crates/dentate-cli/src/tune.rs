@@ -58,8 +58,7 @@ pub struct TuneArgs {
 
 /// Runs the search and prints the choice.
 pub fn run(a: &TuneArgs) -> Res<()> {
-    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let (pool, _) = crate::commands::thread_pool(a.threads)?;
     pool.install(|| run_in_pool(a).map_err(|e| e.to_string()))?;
     Ok(())
 }

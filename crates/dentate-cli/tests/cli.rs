@@ -971,3 +971,188 @@ fn backend_choice_is_reported_and_bad_choices_are_errors() {
     assert!(err.contains("no GPU adapter"), "{err}");
     assert!(!err.contains("ERROR"), "driver noise reached the user: {err}");
 }
+
+/// Runs `dentate` and returns (exit code, stdout, stderr).
+fn run_any(cmd: &mut Command) -> (Option<i32>, String, String) {
+    let out = cmd.output().expect("run dentate");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `k` rule through the CLI: `--k 4000000000000` on a 50-vector index
+/// (it used to abort trying to allocate 128 TB) returns the 50 vectors,
+/// for every index kind and with a re-rank factor whose product with k
+/// overflows.
+#[test]
+fn index_search_with_a_huge_k_returns_every_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 50, 8);
+    let q = dir.path().join("queries.fvecs");
+    for (kind, extra) in [
+        ("flat", &[][..]),
+        ("fastscan", &["--m", "4"][..]),
+        ("ivffastscan", &["--nlist", "2", "--m", "4"][..]),
+    ] {
+        let idx = dir.path().join(format!("{kind}.dnt"));
+        run_ok(
+            dentate()
+                .args(["index", "build", "--index", kind])
+                .args(extra)
+                .arg("--input")
+                .arg(dir.path().join("base.fvecs"))
+                .arg("--output")
+                .arg(&idx),
+        );
+        for rerank in [None, Some("18446744073709551615")] {
+            let mut cmd = dentate();
+            cmd.args(["index", "search", "--k", "4000000000000", "--index"])
+                .arg(&idx)
+                .arg("--queries")
+                .arg(&q);
+            if let Some(r) = rerank {
+                cmd.args(["--rerank", r, "--nprobe", "18446744073709551615"]);
+            }
+            let out = run_ok(&mut cmd);
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines.len(), 50, "{kind}: one line per query");
+            for line in lines {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert_eq!(v["ids"].as_array().unwrap().len(), 50, "{kind} {rerank:?}: {line}");
+            }
+        }
+    }
+    let (code, _, err) = run_any(
+        dentate()
+            .args(["index", "search", "--k", "0", "--index"])
+            .arg(dir.path().join("flat.dnt"))
+            .arg("--queries")
+            .arg(&q),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("k must be at least 1"), "{err}");
+}
+
+/// Zero or absurd sizes are messages with exit code 2, never a panic (101)
+/// or an abort: `data synth` and `quickstart` (`--dim 0` used to panic),
+/// index building (`--nlist`, `--m`) and searching (`--nprobe 0`).
+#[test]
+fn zero_and_huge_sizes_are_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("synth");
+    let huge = "18446744073709551615";
+    for args in [
+        &["data", "synth", "--dim", "0"][..],
+        &["data", "synth", "--n", "0"],
+        &["data", "synth", "--queries", "0"],
+        &["data", "synth", "--clusters", "0"],
+        &["data", "synth", "--n", huge],
+        &["data", "synth", "--n", "4000000000000", "--dim", "1000000"],
+        &["data", "synth", "--dim", huge],
+        &["data", "synth", "--clusters", huge],
+    ] {
+        let (code, _, err) = run_any(dentate().args(args).arg("--out").arg(&out));
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error:") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!out.exists(), "a refused synth creates nothing");
+    for args in [
+        &["quickstart", "--dim", "0"][..],
+        &["quickstart", "--n", "0"],
+        &["quickstart", "--queries", "0"],
+        &["quickstart", "--n", huge],
+        &["quickstart", "--dim", huge],
+    ] {
+        let (code, _, err) = run_any(dentate().args(args));
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains("error:") && !err.contains("panicked"), "{args:?}: {err}");
+    }
+    synth(dir.path(), 300, 8);
+    let base = dir.path().join("base.fvecs");
+    for args in [
+        &["--index", "ivfpq", "--nlist", "0"][..],
+        &["--index", "ivfpq", "--m", "0"],
+        &["--index", "ivfpq", "--nlist", huge],
+        &["--index", "ivfpq", "--m", huge],
+        &["--index", "ivffastscan", "--nlist", "0"],
+        &["--index", "fastscan", "--m", huge],
+    ] {
+        let (code, _, err) = run_any(
+            dentate()
+                .args(["index", "build"])
+                .args(args)
+                .arg("--input")
+                .arg(&base)
+                .arg("--output")
+                .arg(dir.path().join("x.dnt")),
+        );
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error:") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    let idx = dir.path().join("i.dnt");
+    run_ok(
+        dentate()
+            .args([
+                "index", "build", "--index", "ivfpq", "--nlist", "4", "--m", "4", "--input",
+            ])
+            .arg(&base)
+            .arg("--output")
+            .arg(&idx),
+    );
+    let (code, _, err) = run_any(
+        dentate()
+            .args(["index", "search", "--nprobe", "0", "--index"])
+            .arg(&idx)
+            .arg("--queries")
+            .arg(dir.path().join("queries.fvecs")),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("nprobe"), "{err}");
+    // Worker threads are bounded (a typo must not spawn millions).
+    for (cmd, threads) in [("bench", "0"), ("bench", "100000000"), ("tune", "0"), ("tune", huge)] {
+        let (code, _, err) = run_any(
+            dentate()
+                .args([cmd, "--threads", threads, "--base"])
+                .arg(&base)
+                .arg("--queries")
+                .arg(dir.path().join("queries.fvecs")),
+        );
+        assert_eq!(code, Some(2), "{cmd} --threads {threads}: {err}");
+        assert!(err.contains("--threads"), "{err}");
+    }
+}
+
+/// `model fetch` checks the pinned SHA-256 of the model files: a folder
+/// holding other files (a fixture, no network) is refused with both hashes
+/// named, and left as it was.
+#[test]
+fn model_fetch_refuses_files_with_another_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("minilm");
+    std::fs::create_dir_all(&m).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::write(m.join(f), format!("not the real {f}")).unwrap();
+    }
+    let (code, _, err) = run_any(dentate().args(["model", "fetch", "minilm", "--dir"]).arg(&m));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("SHA-256"), "{err}");
+    let (_, expected) = dentate_embed::MINILM_SHA256[0];
+    assert!(err.contains(expected), "the expected hash is named: {err}");
+    // The found hash: SHA-256 of "not the real config.json".
+    assert!(
+        err.contains("6e2c7129c99d5a85928e7b2627e723fea62ad6bb46f114783addef177c8bc4b6"),
+        "the found hash is named: {err}"
+    );
+    assert_eq!(
+        std::fs::read(m.join("config.json")).unwrap(),
+        b"not the real config.json"
+    );
+}

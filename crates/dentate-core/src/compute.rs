@@ -118,6 +118,12 @@ pub enum Metric {
 }
 
 /// Every hot kernel of the engine. See the module documentation.
+///
+/// **`k` is a bound.** Every top-k method returns at most `k` candidates
+/// per query and fewer when fewer rows exist; an implementation clamps `k`
+/// to the rows it was given before sizing anything by it, so any `k`
+/// (`usize::MAX` included) is safe and costs what the rows cost. `k = 0`
+/// gives empty lists (the indexes reject it earlier as `Error::ZeroK`).
 pub trait Compute: Send + Sync + std::fmt::Debug {
     /// Backend name, e.g. `cpu (avx512f)`.
     fn name(&self) -> String;
@@ -378,6 +384,8 @@ impl Compute for CpuCompute {
         }
         let nq = queries.len() / d;
         let np = base.panels.panels();
+        // No query gets more than every row.
+        let k = k.min(base.panels.len());
         if nq == 0 {
             return Vec::new();
         }
@@ -579,6 +587,7 @@ impl Compute for CpuCompute {
     ) -> Vec<Vec<Cand>> {
         let m = pq.m();
         let ksub = pq.ksub();
+        let k = k.min(ids.len());
         probes
             .par_iter()
             .zip(queries.par_chunks_exact(pq.dim()))
@@ -615,6 +624,7 @@ impl Compute for CpuCompute {
     ) -> Result<Vec<Vec<Cand>>> {
         crate::fastscan::check_pq(pq)?;
         let m = pq.m();
+        let k = k.min(ids.len());
         probes
             .par_iter()
             .zip(queries.par_chunks_exact(pq.dim()))
@@ -656,7 +666,7 @@ impl Compute for CpuCompute {
             .enumerate()
             .map(|(qi, rows)| {
                 let q = &queries[qi * d..(qi + 1) * d];
-                let mut heap = Reservoir::new(k);
+                let mut heap = Reservoir::new(k.min(rows.len()));
                 // Candidate rows are scattered: fetch a few rows ahead.
                 const AHEAD: usize = 4;
                 for &r in rows.iter().take(AHEAD) {
@@ -688,7 +698,7 @@ impl Compute for CpuCompute {
 
     fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
         // The lowest `count` = the top `count` of the negated scores.
-        let mut heap = TopK::new(count);
+        let mut heap = TopK::new(count.min(scores.len()));
         for (row, (&s, &id)) in scores.iter().zip(ids).enumerate() {
             if alive.get(row) {
                 heap.push(Cand {

@@ -225,15 +225,56 @@ pub struct SynthConfig {
     pub seed: u64,
 }
 
+impl SynthConfig {
+    /// The checks [`clustered`] makes: `dim ≥ 1`, a finite `spread`, and `n × dim` and `clusters × dim` floats that fit the
+    /// address space (whether they fit in memory is asked of the allocator).
+    pub fn check(&self) -> Result<()> {
+        if self.dim == 0 {
+            return Err(Error::param("dim", "must be at least 1"));
+        }
+        if !self.spread.is_finite() {
+            return Err(Error::param(
+                "spread",
+                format!("{} is not a finite number", self.spread),
+            ));
+        }
+        floats(self.n, self.dim, "n")?;
+        floats(self.clusters.max(1), self.dim, "clusters")?;
+        Ok(())
+    }
+}
+
+/// `rows × dim` as a float count that fits the address space.
+fn floats(rows: usize, dim: usize, name: &'static str) -> Result<usize> {
+    rows.checked_mul(dim)
+        .filter(|&f| f <= isize::MAX as usize / std::mem::size_of::<f32>())
+        .ok_or_else(|| Error::param(name, format!("{rows} × {dim} floats do not fit in memory")))
+}
+
+/// A zeroed buffer of `len` floats, or [`Error::Capacity`] when the
+/// allocator refuses it (instead of aborting the process).
+fn zeroed(len: usize) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::Capacity(format!("cannot allocate {len} floats")))?;
+    v.resize(len, 0.0);
+    Ok(v)
+}
+
 /// Unit vectors drawn around `clusters` random unit centres: data with the
 /// structure real embeddings have (dense neighbourhoods, uneven clusters).
 /// Cluster sizes follow a mild power law so lists are imbalanced as in
 /// real data. Same seed, same data, on every platform.
-pub fn clustered(cfg: &SynthConfig) -> Vec<f32> {
+///
+/// Errors: a configuration [`SynthConfig::check`] refuses
+/// ([`Error::InvalidParameter`]), or more floats than the allocator gives
+/// ([`Error::Capacity`]).
+pub fn clustered(cfg: &SynthConfig) -> Result<Vec<f32>> {
+    cfg.check()?;
     let mut rng = Rng::new(cfg.seed);
     let d = cfg.dim;
     let k = cfg.clusters.max(1);
-    let mut centres = vec![0f32; k * d];
+    let mut centres = zeroed(floats(k, d, "clusters")?)?;
     for c in centres.chunks_exact_mut(d) {
         c.iter_mut().for_each(|x| *x = rng.normal());
         let n = c.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
@@ -250,7 +291,7 @@ pub fn clustered(cfg: &SynthConfig) -> Vec<f32> {
         })
         .collect();
     let sigma = cfg.spread / (d as f32).sqrt();
-    let mut out = vec![0f32; cfg.n * d];
+    let mut out = zeroed(floats(cfg.n, d, "n")?)?;
     for v in out.chunks_exact_mut(d) {
         let u = rng.next_f64();
         let c = cdf.partition_point(|&x| x < u).min(k - 1);
@@ -261,7 +302,7 @@ pub fn clustered(cfg: &SynthConfig) -> Vec<f32> {
         let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
         v.iter_mut().for_each(|x| *x /= n);
     }
-    out
+    Ok(out)
 }
 
 /// Mean recall@k: the fraction of each query's true top-`k` ids (`truth`
@@ -351,11 +392,58 @@ mod tests {
             spread: 0.5,
             seed: 3,
         };
-        let a = clustered(&cfg);
-        assert_eq!(a, clustered(&cfg));
+        let a = clustered(&cfg).unwrap();
+        assert_eq!(a, clustered(&cfg).unwrap());
         for v in a.chunks_exact(16) {
             let n: f32 = v.iter().map(|x| x * x).sum();
             assert!((n - 1.0).abs() < 1e-5);
         }
+    }
+
+    #[test]
+    fn clustered_refuses_what_cannot_exist() {
+        let ok = SynthConfig {
+            n: 10,
+            dim: 4,
+            clusters: 2,
+            spread: 0.5,
+            seed: 1,
+        };
+        let param = |cfg: SynthConfig| match clustered(&cfg) {
+            Err(Error::InvalidParameter { name, .. }) => name,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(param(SynthConfig { dim: 0, ..ok }), "dim");
+        assert_eq!(param(SynthConfig { n: usize::MAX, ..ok }), "n");
+        assert_eq!(
+            param(SynthConfig {
+                n: usize::MAX / 4 + 1,
+                ..ok
+            }),
+            "n"
+        );
+        assert_eq!(
+            param(SynthConfig {
+                clusters: usize::MAX,
+                ..ok
+            }),
+            "clusters"
+        );
+        assert_eq!(param(SynthConfig { spread: f32::NAN, ..ok }), "spread");
+        // Representable but far beyond any memory: the allocator says no,
+        // and that is an error, not an abort.
+        let huge = SynthConfig {
+            n: 1 << 44,
+            dim: 1 << 10,
+            ..ok
+        };
+        assert!(
+            matches!(clustered(&huge), Err(Error::Capacity(_))),
+            "{:?}",
+            clustered(&huge).map(|v| v.len())
+        );
+        // Zero vectors or zero clusters are fine (no vectors; one cluster).
+        assert!(clustered(&SynthConfig { n: 0, ..ok }).unwrap().is_empty());
+        assert_eq!(clustered(&SynthConfig { clusters: 0, ..ok }).unwrap().len(), 40);
     }
 }

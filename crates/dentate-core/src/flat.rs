@@ -3,7 +3,7 @@
 
 use crate::compute::{BaseRef, Compute, default_compute};
 use crate::error::{Error, Result};
-use crate::index::{Index, check_search};
+use crate::index::{Index, check_search, clamp_k};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
 use crate::rows::RowTable;
 use crate::simd::{Floats, Panels};
@@ -162,7 +162,7 @@ impl Index for FlatIndex {
             return Err(Error::param("dim", "must be at least 1"));
         }
         let q = check_search(self.len(), queries, self.dim, k)?;
-        let res = self.compute.top_k(&q, self.base(), k);
+        let res = self.compute.top_k(&q, self.base(), clamp_k(k, self.len()));
         Ok(res.into_iter().map(|v| v.iter().map(|c| c.hit()).collect()).collect())
     }
     fn compact(&mut self) {

@@ -38,6 +38,12 @@ pub trait Index: Send + Sync {
     fn contains(&self, id: u64) -> bool;
     /// The `k` most similar live vectors (cosine) of each query, best first,
     /// ties by smaller id.
+    ///
+    /// **The `k` rule** (every index, every backend, the lexical index and
+    /// hybrid search too): `k` is clamped to the live count before anything
+    /// is sized by it, so each query gets `min(k, len())` hits and any `k`
+    /// — `usize::MAX` included, and re-rank factors whose product with `k`
+    /// overflows — is safe; `k = 0` is [`Error::ZeroK`].
     fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<Hit>>>;
     /// Drops tombstoned rows and reclaims their space.
     fn compact(&mut self);
@@ -108,11 +114,18 @@ impl AnyIndex {
 /// The argument checks every `search` makes first — `k ≥ 1`, whole
 /// `dim`-sized rows, finite non-zero values, a non-empty index (`live`
 /// rows) — returning the L2-normalised queries. Public for callers that
-/// drive a backend themselves (the browser's asynchronous WebGPU path).
+/// drive a backend themselves (the browser's asynchronous WebGPU path);
+/// they clamp `k` with [`clamp_k`] afterwards, as the indexes do.
 pub fn check_search(live: usize, queries: &[f32], dim: usize, k: usize) -> Result<Vec<f32>> {
     let q = crate::vector::check_queries(queries, dim, k)?;
     if live == 0 {
         return Err(Error::EmptyIndex);
     }
     Ok(q)
+}
+
+/// `k` as a search uses it: at most the `live` count (the `k` rule of
+/// [`Index::search`]). Never zero for a non-empty index when `k ≥ 1`.
+pub fn clamp_k(k: usize, live: usize) -> usize {
+    k.min(live)
 }

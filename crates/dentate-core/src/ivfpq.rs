@@ -18,7 +18,7 @@
 use crate::compute::{BaseRef, Compute, InvList, InvertedRef, Metric, Probe, StoreRef, default_compute, new_uid};
 use crate::error::{Error, Result};
 use crate::fastscan::{pack_entry, packed_len, unpack_entry};
-use crate::index::{Index, check_search};
+use crate::index::{Index, check_search, clamp_k};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
 use crate::kmeans::{Init, KMeans, KMeansConfig};
 use crate::opq::{OpqConfig, OpqRotation};
@@ -175,9 +175,11 @@ pub struct IvfPlan {
     pub rotated: Vec<f32>,
     /// Each query's probed lists with their coarse scores.
     pub probes: Vec<Vec<Probe>>,
-    /// Candidates the scan keeps per query (`k × rerank`, or `k`).
+    /// Candidates the scan keeps per query (`k × rerank`, or `k`; at most
+    /// the live count).
     pub shortlist: usize,
-    /// Results per query.
+    /// Results per query: the `k` asked for, clamped to the live count (the
+    /// `k` rule of [`Index::search`]); re-rank and finish with this one.
     pub k: usize,
     /// Whether the shortlist is re-ranked exactly.
     pub rerank: bool,
@@ -291,7 +293,7 @@ impl InvList {
 /// ```
 /// use dentate_core::{Index, IvfPqConfig, IvfPqIndex, IvfSearchParams};
 /// use dentate_core::data::{clustered, SynthConfig};
-/// let data = clustered(&SynthConfig { n: 2_000, dim: 32, clusters: 20, spread: 0.8, seed: 1 });
+/// let data = clustered(&SynthConfig { n: 2_000, dim: 32, clusters: 20, spread: 0.8, seed: 1 })?;
 /// // 4-bit fast-scan: 16 lists, 16 sub-quantizers (8 code bytes per vector).
 /// let mut index = IvfPqIndex::new(32, IvfPqConfig::fastscan(16, 16))?;
 /// index.train(&data)?;
@@ -477,7 +479,7 @@ impl IvfPqIndex {
         let cands = parts.scan(c, &plan)?;
         let t_scan = t0.elapsed();
         let out = match (parts.store, plan.rerank) {
-            (Some(store), true) => c.rerank(&plan.queries, store, parts.ids, &IvfPlan::rows(&cands), k),
+            (Some(store), true) => c.rerank(&plan.queries, store, parts.ids, &IvfPlan::rows(&cands), plan.k),
             _ => cands,
         };
         log::debug!(
@@ -486,7 +488,7 @@ impl IvfPqIndex {
             t_scan - t_plan,
             t0.elapsed() - t_scan
         );
-        Ok(IvfPlan::finish(out, k))
+        Ok(IvfPlan::finish(out, plan.k))
     }
 
     /// The first stage of a search: validation, normalisation, the OPQ
@@ -534,11 +536,19 @@ impl IvfPqIndex {
             })
             .collect();
         let rerank = params.rerank > 0;
+        // The `k` rule: neither the results nor the shortlist exceed the
+        // live count (`k × rerank` may overflow; it saturates first).
+        let live = self.len();
+        let k = clamp_k(k, live);
         Ok(IvfPlan {
             queries: q,
             rotated,
             probes,
-            shortlist: if rerank { k.saturating_mul(params.rerank) } else { k },
+            shortlist: if rerank {
+                clamp_k(k.saturating_mul(params.rerank), live)
+            } else {
+                k
+            },
             k,
             rerank,
         })
@@ -567,8 +577,11 @@ impl IvfPqIndex {
         w.u32(self.dim as u32);
         w.u32(self.cfg.nlist as u32);
         w.u32(self.cfg.m as u32);
-        w.u32(self.cfg.nprobe as u32);
-        w.u32(self.cfg.rerank as u32);
+        // The search defaults saturate (a huge nprobe or re-rank factor keeps
+        // its meaning — every list, everything re-ranked — where a cast
+        // would wrap it to a small or zero value).
+        w.u32(u32::try_from(self.cfg.nprobe).unwrap_or(u32::MAX));
+        w.u32(u32::try_from(self.cfg.rerank).unwrap_or(u32::MAX));
         w.u8(self.cfg.opq as u8);
         w.u8(self.cfg.rerank_store.map_or(255, |p| p.code()));
         w.u64(self.cfg.seed);

@@ -430,7 +430,8 @@ impl LexicalIndex {
 
     /// The `k` best live documents for `query` by BM25, best first, ties by
     /// smaller id. A query with no indexed term, or an empty index, gives no
-    /// hits; `k = 0` is an error.
+    /// hits; `k = 0` is an error; any larger `k` is clamped to the documents
+    /// the query matched (the `k` rule of [`crate::Index::search`]).
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<Hit>> {
         if k == 0 {
             return Err(Error::ZeroK);
@@ -479,7 +480,8 @@ impl LexicalIndex {
                 *a += w * tf / (tf + c1 + c2 * dl);
             }
         }
-        let mut top = TopK::new(k);
+        // The `k` rule: no more hits than documents matched.
+        let mut top = TopK::new(k.min(touched.len()));
         for row in touched {
             top.push(Cand {
                 score: acc[row as usize],

@@ -3,6 +3,12 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+/// Most candidates a selector reserves room for up front. A selector for a
+/// larger `k` grows as candidates arrive, so its memory follows what it is
+/// offered, never the `k` it was asked for (callers clamp `k` to what can
+/// exist, but a selector never trusts that: `k = usize::MAX` is safe).
+const PREALLOC: usize = 1 << 14;
+
 /// One search result: a caller id and its cosine similarity (or estimate).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Hit {
@@ -78,7 +84,7 @@ impl TopK {
     pub fn new(k: usize) -> Self {
         TopK {
             k,
-            heap: BinaryHeap::with_capacity(k + 1),
+            heap: BinaryHeap::with_capacity(k.saturating_add(1).min(PREALLOC)),
         }
     }
 
@@ -160,7 +166,7 @@ impl Reservoir {
     pub fn new(k: usize) -> Self {
         Reservoir {
             k,
-            buf: Vec::with_capacity(Self::cap(k)),
+            buf: Vec::with_capacity(Self::cap(k).min(PREALLOC)),
             thr: f32::NEG_INFINITY,
         }
     }
@@ -243,6 +249,29 @@ mod tests {
                 assert!(b.threshold() <= a.threshold() || a.len() < k);
             }
             assert_eq!(a.into_sorted(), b.into_sorted(), "k = {k}");
+        }
+    }
+
+    #[test]
+    fn huge_k_reserves_little_and_keeps_everything() {
+        // `k` far above what is offered: no allocation sized by `k`, and
+        // every candidate comes back, best first.
+        for k in [usize::MAX, usize::MAX / 2 + 1, 1 << 40] {
+            let mut a = TopK::new(k);
+            let mut b = Reservoir::new(k);
+            for i in 0..100u64 {
+                let c = Cand {
+                    score: (i % 7) as f32,
+                    id: i,
+                    row: i as u32,
+                };
+                a.push(c);
+                b.push(c);
+            }
+            let (a, b) = (a.into_sorted(), b.into_sorted());
+            assert_eq!(a.len(), 100);
+            assert_eq!(a, b);
+            assert!(a.windows(2).all(|w| w[0].better_than(&w[1])));
         }
     }
 

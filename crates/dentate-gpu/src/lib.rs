@@ -29,7 +29,8 @@
 //! only `k` candidates per query cross the bus.
 //!
 //! Nothing on the GPU path reaches a caller as a panic or an error: an
-//! operation the kernels do not cover (k > [`MAX_K`], inverted lists above
+//! operation the kernels do not cover (k > [`MAX_K`] after `k` is clamped
+//! to the rows there are — the core's `k` rule —, inverted lists above
 //! one binding) or one the device fails (validation, out of memory, device
 //! lost) runs on the CPU backend instead, and [`GpuCompute::fallbacks`]
 //! counts it.
@@ -304,6 +305,9 @@ impl GpuCompute {
         if base.panels.is_empty() || k == 0 {
             return vec![Vec::new(); queries.len() / d];
         }
+        // The `k` rule: no more than every row, so a huge `k` on a small
+        // base still runs on the device.
+        let k = k.min(base.panels.len());
         on_gpu!(self, "top_k", |s| s.top_k(queries, &base, k), |c| c
             .top_k(queries, base, k))
     }
@@ -366,6 +370,7 @@ impl GpuCompute {
         if probes.is_empty() || k == 0 {
             return vec![Vec::new(); probes.len()];
         }
+        let k = k.min(ids.len());
         on_gpu!(
             self,
             "adc_top_k",
@@ -392,6 +397,7 @@ impl GpuCompute {
         if probes.is_empty() || k == 0 {
             return Ok(vec![Vec::new(); probes.len().min(tables.len())]);
         }
+        let k = k.min(ids.len());
         on_gpu!(
             self,
             "fastscan_top_k",
@@ -416,6 +422,7 @@ impl GpuCompute {
         if candidates.is_empty() || k == 0 {
             return vec![Vec::new(); candidates.len()];
         }
+        let k = k.min(candidates.iter().map(Vec::len).max().unwrap_or(0)).max(1);
         on_gpu!(self, "rerank", |s| s.rerank(queries, &store, ids, candidates, k), |c| c
             .rerank(queries, store, ids, candidates, k))
     }

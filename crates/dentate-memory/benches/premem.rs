@@ -30,7 +30,8 @@ fn session(n: usize, seed: u64) -> Vec<f32> {
             clusters: 6,
             spread: 1.0,
             seed,
-        }),
+        })
+        .expect("valid synthetic data"),
         dim,
     )
 }

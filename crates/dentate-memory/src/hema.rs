@@ -11,7 +11,9 @@
 //! block's messages), merged into the level-2 summary, and the compact
 //! memory restarts from that merge. Salience uses the core's β·δ form
 //! (the bonus goes to recently retrieved vectors; see
-//! `dentate_core::BonusForm`).
+//! `dentate_core::BonusForm`); the turn each item was last retrieved is
+//! saved with the item after every retrieval (`Store::record_retrieval`,
+//! schema v6), so the bonus survives a restart.
 
 use crate::error::{MemoryError, Result};
 use crate::pipeline::{
@@ -267,6 +269,8 @@ impl Pipeline for Hema {
         let hits = self.vectors.search(env, query, k)?;
         let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
         self.vectors.get(env)?.record_retrieval(&ids, turn);
+        // Saved with the items, so the bonus survives a restart.
+        env.store.record_retrieval(env.user, &ids, turn)?;
         resolve(env, &hits)
     }
 

@@ -9,7 +9,7 @@
 
 use crate::error::{MemoryError, Result};
 use crate::store::NewMessage;
-use crate::time::parse_time;
+use crate::time::{MAX_TIME, MIN_TIME, parse_time};
 use serde_json::Value;
 
 fn first_str<'a>(o: &'a serde_json::Map<String, Value>, keys: &[&str]) -> Option<&'a str> {
@@ -39,11 +39,17 @@ pub fn parse_jsonl(text: &str) -> Result<Vec<NewMessage>> {
                     .filter(|t| t.is_finite())
                     .ok_or_else(|| bad("bad timestamp".into()))?;
                 // Milliseconds when it reads as a date after 2286 in seconds.
-                Some(if t.abs() >= 1e10 { (t / 1000.0) as i64 } else { t as i64 })
+                let secs = if t.abs() >= 1e10 { t / 1000.0 } else { t };
+                if !(MIN_TIME as f64..=MAX_TIME as f64).contains(&secs) {
+                    return Err(bad(format!("timestamp {n} is outside years 0–9999")));
+                }
+                Some(secs as i64)
             }
-            Some(Value::String(s)) => {
-                Some(parse_time(s).ok_or_else(|| bad(format!("timestamp `{s}` is not ISO 8601 or a LoCoMo date")))?)
-            }
+            Some(Value::String(s)) => Some(parse_time(s).ok_or_else(|| {
+                bad(format!(
+                    "timestamp `{s}` is not ISO 8601 or a LoCoMo date in years 0–9999"
+                ))
+            })?),
             Some(_) => return Err(bad("`timestamp` is neither a number nor a string".into())),
         };
         let source_ref = match o.get("id") {
@@ -81,6 +87,11 @@ mod tests {
         assert_eq!(m[2].said_at, Some(1_683_554_220));
         assert_eq!(m[3].said_at, Some(1_683_554_160 + 86_400));
         assert_eq!(m[3].source_ref.as_deref(), Some("7"));
+        // The ends of the range are accepted (ms and seconds).
+        let edges = r#"{"role": "u", "content": "x", "timestamp": 253402300799}
+{"role": "u", "content": "x", "timestamp": -62167219200000}"#;
+        let m = parse_jsonl(edges).unwrap();
+        assert_eq!((m[0].said_at, m[1].said_at), (Some(MAX_TIME), Some(MIN_TIME)));
         for (bad, what) in [
             ("{\"role\": \"user\"}", "line 1: no non-empty"),
             ("[1]", "not a JSON object"),
@@ -89,6 +100,27 @@ mod tests {
                 "timestamp `yesterday`",
             ),
             ("{\"content\": \"x\"}", "no `speaker`"),
+            // Out of range: later date arithmetic would overflow.
+            (
+                "{\"role\": \"u\", \"content\": \"x\", \"timestamp\": 1e300}",
+                "outside years 0–9999",
+            ),
+            (
+                "{\"role\": \"u\", \"content\": \"x\", \"timestamp\": -1e300}",
+                "outside years 0–9999",
+            ),
+            (
+                "{\"role\": \"u\", \"content\": \"x\", \"timestamp\": 9223372036854775807}",
+                "outside years 0–9999",
+            ),
+            (
+                "{\"role\": \"u\", \"content\": \"x\", \"timestamp\": -253402300800000}",
+                "outside years 0–9999",
+            ),
+            (
+                "{\"role\": \"u\", \"content\": \"x\", \"timestamp\": \"1:56 pm on 8 May, 99999999999999\"}",
+                "in years 0–9999",
+            ),
             ("\n{oops", "line 2: not JSON"),
         ] {
             let e = parse_jsonl(bad).unwrap_err().to_string();

@@ -362,12 +362,11 @@ impl Vectors {
         if self.vm.is_none() {
             let path = self.path(env, "dnt");
             let stored = env.store.vectors(env.user, self.pipeline, self.kind)?;
-            self.vm = Some(VectorMemory::open(
-                path.as_deref(),
-                env.embedder.dim(),
-                self.cfg.clone(),
-                stored,
-            )?);
+            let vm = VectorMemory::open(path.as_deref(), env.embedder.dim(), self.cfg.clone(), stored)?;
+            // The store's retrieval marks are the truth; the index file may
+            // predate the last retrievals (it is saved after ingestion).
+            vm.restore_retrievals(&env.store.retrievals(env.user, self.pipeline, self.kind)?);
+            self.vm = Some(vm);
         }
         self.vm
             .as_mut()
@@ -387,6 +386,7 @@ impl Vectors {
         vm.set_turn(turn);
         if vm.needs_rebuild() {
             vm.rebuild(env.store.vectors(env.user, pipeline, kind)?)?;
+            vm.restore_retrievals(&env.store.retrievals(env.user, pipeline, kind)?);
         }
         Ok(())
     }

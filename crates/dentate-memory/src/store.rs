@@ -87,6 +87,10 @@ const MIGRATIONS: &[&str] = &[
     // v5: messages by their caller id (`source_ref`), so that ingesting a
     // message already stored (same id and text) is recognised and skipped.
     "CREATE INDEX messages_by_ref ON messages(user, source_ref);",
+    // v6: the turn at which an item was last retrieved (NULL: never), so
+    // HEMA's "recently retrieved" salience bonus survives a restart (the
+    // index files are caches; this is the source of truth).
+    "ALTER TABLE items ADD COLUMN last_retrieved INTEGER;",
 ];
 
 /// Current schema version.
@@ -691,6 +695,54 @@ impl Store {
             let b: Vec<u8> = r.get(2)?;
             Ok((r.get(0)?, r.get(1)?, blob_f32(&b)))
         })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Records that the live items `ids` of `user` were retrieved at
+    /// `turn` (a later turn replaces an earlier one, never the reverse).
+    ///
+    /// The marks feed a salience bonus, not the conversation, so they are
+    /// committed without waiting for the disk (`synchronous = NORMAL` for
+    /// this one transaction, in WAL mode): a killed process keeps them, a
+    /// power cut may lose the last few, and a retrieval costs no fsync.
+    pub fn record_retrieval(&mut self, user: &str, ids: &[i64], turn: i64) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let durable = self.dir.is_some();
+        if durable {
+            self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        let res = (|| -> Result<()> {
+            let tx = self.conn.transaction()?;
+            {
+                let mut st = tx.prepare_cached(
+                    "UPDATE items SET last_retrieved = MAX(COALESCE(last_retrieved, ?3), ?3)
+                     WHERE id = ?1 AND user = ?2 AND deleted = 0",
+                )?;
+                for id in ids {
+                    st.execute(params![id, user, turn])?;
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        if durable {
+            self.conn.pragma_update(None, "synchronous", "FULL")?;
+        }
+        res
+    }
+
+    /// `(id, turn last retrieved)` of every live searchable item of `user`
+    /// and `pipeline` (of one kind, when given) that was ever retrieved
+    /// ([`Store::record_retrieval`]), in id order.
+    pub fn retrievals(&self, user: &str, pipeline: &str, kind: Option<&str>) -> Result<Vec<(i64, i64)>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT id, last_retrieved FROM items
+             WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND vector IS NOT NULL
+               AND last_retrieved IS NOT NULL AND (?3 IS NULL OR kind = ?3) ORDER BY id",
+        )?;
+        let rows = st.query_map(params![user, pipeline, kind], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

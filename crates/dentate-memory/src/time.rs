@@ -149,10 +149,24 @@ pub fn parse_iso8601(s: &str) -> Option<i64> {
     }
 }
 
+/// The earliest time a message may carry: 0000-01-01T00:00:00Z.
+pub const MIN_TIME: i64 = -62_167_219_200;
+/// The latest time a message may carry: 9999-12-31T23:59:59Z.
+pub const MAX_TIME: i64 = 253_402_300_799;
+
+/// Whether Unix seconds `t` lie in years 0–9999 ([`MIN_TIME`]..=[`MAX_TIME`]):
+/// the times ingestion accepts, so that every later date computation
+/// (calendar dates, relative dates, time gaps) stays far from overflow.
+pub fn in_range(t: i64) -> bool {
+    (MIN_TIME..=MAX_TIME).contains(&t)
+}
+
 /// Unix seconds of a timestamp in any form ingestion accepts: ISO 8601
-/// or LoCoMo's `1:56 pm on 8 May, 2023`.
+/// or LoCoMo's `1:56 pm on 8 May, 2023`, in years 0–9999.
 pub fn parse_time(s: &str) -> Option<i64> {
-    parse_iso8601(s).or_else(|| crate::locomo::parse_locomo_date(s))
+    parse_iso8601(s)
+        .or_else(|| crate::locomo::parse_locomo_date(s))
+        .filter(|&t| in_range(t))
 }
 
 #[cfg(test)]

@@ -223,6 +223,16 @@ impl VectorMemory {
         self.index.as_index().record_retrieval(&ids, turn.max(0) as u64);
     }
 
+    /// Applies stored retrieval marks `(item id, turn)` (from
+    /// `Store::retrievals`) to the index, as after opening or rebuilding it:
+    /// a mark later than the index's own wins, an earlier one changes
+    /// nothing.
+    pub fn restore_retrievals(&self, marks: &[(i64, i64)]) {
+        for &(id, turn) in marks {
+            self.record_retrieval(&[id], turn);
+        }
+    }
+
     /// The salience clock.
     pub fn turn(&self) -> i64 {
         i64::try_from(self.index.as_index().turn()).unwrap_or(i64::MAX)

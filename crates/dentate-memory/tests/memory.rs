@@ -554,3 +554,131 @@ fn settings_are_changed_by_name_to_recheck_defaults() {
         assert!(matches!(err, MemoryError::Invalid(_)), "{k}={v}: {err}");
     }
 }
+
+/// The `k` rule through the memory layer: `retrieve` with a `k` far above
+/// the memory (every pipeline, every retriever) returns what there is —
+/// the same as `k = live` — and never sizes anything by `k`.
+#[test]
+fn huge_k_is_clamped_in_every_pipeline() {
+    for kind in ["rag", "hema", "nemori", "amory", "premem"] {
+        for retriever in ["dense", "bm25", "hybrid"] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut m = open(dir.path(), kind);
+            m.set_retriever(dentate_memory::Retriever::parse(retriever).unwrap());
+            let r = m.ingest("ann", &conversation()).unwrap();
+            m.flush("ann").unwrap();
+            let q = "Which city is Clara moving to?";
+            let live = r.live.max(1);
+            for k in [usize::MAX, usize::MAX / 2 + 1, 1 << 40] {
+                let all = m
+                    .retrieve("ann", q, k)
+                    .unwrap_or_else(|e| panic!("{kind}/{retriever} k = {k}: {e}"));
+                let want = m.retrieve("ann", q, 64.max(live)).unwrap();
+                assert_eq!(
+                    all.iter().map(|h| h.item.id).collect::<Vec<_>>(),
+                    want.iter().map(|h| h.item.id).collect::<Vec<_>>(),
+                    "{kind}/{retriever} k = {k}"
+                );
+                assert!(!all.is_empty(), "{kind}/{retriever}: something is found");
+            }
+        }
+    }
+}
+
+/// A time outside years 0–9999 is refused before anything is stored (date
+/// arithmetic on it would overflow later), whatever the pipeline.
+#[test]
+fn out_of_range_times_are_refused_and_nothing_is_stored() {
+    for kind in ["rag", "hema", "nemori", "premem"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path(), kind);
+        for t in [
+            i64::MAX,
+            i64::MIN,
+            dentate_memory::time::MAX_TIME + 1,
+            dentate_memory::time::MIN_TIME - 1,
+        ] {
+            let mut bad = msg(1, 2, "Ann", "Yesterday I went to Porto.");
+            bad.said_at = Some(t);
+            let batch = [msg(1, 1, "Ann", "Hello there."), bad];
+            let e = m.ingest("ann", &batch).unwrap_err();
+            assert!(matches!(e, MemoryError::Invalid(_)), "{kind} {t}: {e}");
+            assert!(e.to_string().contains("0–9999"), "{e}");
+            assert_eq!(m.store().message_count("ann").unwrap(), 0, "{kind}: nothing stored");
+        }
+        // The edges of the range go through every pipeline's date code.
+        let mut edge = msg(1, 1, "Ann", "Yesterday I moved to Porto; next year I go to Oslo.");
+        edge.said_at = Some(dentate_memory::time::MAX_TIME);
+        let mut first = msg(1, 2, "Ann", "Last week I was in Rome.");
+        first.said_at = Some(dentate_memory::time::MIN_TIME);
+        m.ingest("ann", &[edge, first]).unwrap();
+        m.flush("ann").unwrap();
+        assert!(!m.retrieve("ann", "Where did Ann move?", 3).unwrap().is_empty());
+    }
+}
+
+/// HEMA's "recently retrieved" bonus survives a restart: an old chunk
+/// retrieved before the process ends outlives a newer chunk nobody asked
+/// about at the next forgetting round, after a reopen.
+#[test]
+fn hema_retrieval_bonus_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let dialogue = long_dialogue(100);
+    {
+        let mut m = open(dir.path(), "hema");
+        m.set_retriever(dentate_memory::Retriever::Bm25);
+        m.ingest("ann", &dialogue[..60]).unwrap();
+        // Turn 0 is the oldest chunk: the one forgetting takes first, unless
+        // it was retrieved recently.
+        let hits = m.retrieve("ann", "token0", 1).unwrap();
+        assert!(hits[0].item.text.contains("Turn 0 "), "{:?}", hits[0].item.text);
+    }
+    let mut m = open(dir.path(), "hema");
+    // Turn 100 forgets ceil(0.5% × 101) = 1 item.
+    let r = m.ingest("ann", &dialogue[60..]).unwrap();
+    assert_eq!(r.forgotten, 1);
+    let live: Vec<String> = m
+        .store()
+        .items("ann", "hema", Some("chunk"))
+        .unwrap()
+        .into_iter()
+        .map(|i| i.text)
+        .collect();
+    assert!(
+        live.iter().any(|t| t.contains("Turn 0 ")),
+        "the retrieved chunk is kept"
+    );
+    assert!(
+        !live.iter().any(|t| t.contains("Turn 1 ")),
+        "the oldest chunk never retrieved is forgotten instead"
+    );
+}
+
+/// A store of schema v5 (before retrieval marks) opens, migrates to the
+/// current version and keeps its items; retrieval marks start empty.
+#[test]
+fn a_v5_store_migrates_and_keeps_its_items() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut m = open(dir.path(), "hema");
+        m.ingest("ann", &conversation()).unwrap();
+    }
+    // Make it a v5 store: drop the v6 column and set the version back.
+    {
+        let c = rusqlite::Connection::open(dir.path().join("memory.db")).unwrap();
+        c.execute_batch("ALTER TABLE items DROP COLUMN last_retrieved; PRAGMA user_version = 5;")
+            .unwrap();
+    }
+    assert_eq!(rusqlite_version(dir.path()), 5);
+    let mut m = open(dir.path(), "hema");
+    assert_eq!(m.store().items("ann", "hema", None).unwrap().len(), 6);
+    assert!(m.store().retrievals("ann", "hema", None).unwrap().is_empty());
+    let hits = m.retrieve("ann", "Which city is Clara moving to?", 1).unwrap();
+    assert_eq!(
+        m.store().retrievals("ann", "hema", None).unwrap(),
+        vec![(hits[0].item.id, 6)],
+        "marked at the current turn"
+    );
+    drop(m);
+    assert_eq!(rusqlite_version(dir.path()), SCHEMA_VERSION);
+}

@@ -362,8 +362,9 @@ impl Nemori {
 /// episode placed above it already holds (offline statements are
 /// sentences of the episode) is skipped: it would spend the budget twice.
 fn interleave(eps: Vec<Retrieved>, sem: Vec<Retrieved>, k: usize) -> Vec<Retrieved> {
+    // Never more than both lists hold, whatever `k` was asked for.
+    let mut out: Vec<Retrieved> = Vec::with_capacity(k.min(eps.len() + sem.len()));
     let (mut e, mut s) = (eps.into_iter(), sem.into_iter());
-    let mut out: Vec<Retrieved> = Vec::with_capacity(k);
     let redundant = |out: &[Retrieved], st: &Retrieved| {
         let text = st.item.text.as_str();
         let body = text

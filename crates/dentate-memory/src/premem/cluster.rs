@@ -163,7 +163,8 @@ mod tests {
                 clusters: k,
                 spread: 0.05,
                 seed,
-            });
+            })
+            .unwrap();
             unit_rows(&mut data, dim);
             let groups = cluster(&data, dim, &ClusterConfig::default(), compute.as_ref()).unwrap();
             assert_eq!(groups.len(), k, "planted {k}: {groups:?}");

@@ -2,9 +2,65 @@
 //! values, deletes, replacement, persistence (with a format fixture),
 //! corrupt files, and deterministic fusion.
 
+mod common;
+use common::reseal;
 use dentate::io::HEADER_LEN;
 use dentate::{Bm25Params, Error, Fusion, Hit, LexicalIndex, fuse};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::path::PathBuf;
+
+/// The system allocator, counting the live bytes of each thread and their
+/// peak, so a test can bound what one call allocates.
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+fn note(delta: isize) {
+    let _ = LIVE.try_with(|live| {
+        let v = live.get() + delta;
+        live.set(v);
+        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
+    });
+}
+
+// SAFETY: every call forwards to `System` with the caller's arguments; the
+// bookkeeping touches only const-initialised thread-locals (no allocation).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            note(layout.size() as isize);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        note(-(layout.size() as isize));
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            note(new_size as isize - layout.size() as isize);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Runs `f` and returns its result with the most bytes this thread held at
+/// once during the call, beyond what it held before.
+fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let start = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(start));
+    let out = f();
+    (out, (PEAK.with(Cell::get) - start).max(0) as usize)
+}
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -149,6 +205,173 @@ fn corrupt_files_are_typed_errors() {
         dentate::AnyIndex::from_bytes(&good),
         Err(Error::WrongKind { .. })
     ));
+}
+
+/// A lexical payload written field by field, independently of the writer:
+/// k1, b, the terms (text, rows, frequencies), document lengths, ids and
+/// the alive bitset's words, each array length-prefixed.
+struct Payload<'a> {
+    k1: f32,
+    b: f32,
+    terms: Vec<(&'a [u8], Vec<u32>, Vec<u32>)>,
+    doc_len: Vec<u32>,
+    ids: Vec<u64>,
+    alive: Vec<u64>,
+}
+
+impl Payload<'_> {
+    /// Two documents (ids 10 and 11, both live) and two terms.
+    fn good() -> Self {
+        Payload {
+            k1: 1.2,
+            b: 0.75,
+            terms: vec![(b"cat", vec![0, 1], vec![1, 2]), (b"dog", vec![1], vec![1])],
+            doc_len: vec![1, 3],
+            ids: vec![10, 11],
+            alive: vec![0b11],
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut p = Vec::new();
+        p.extend_from_slice(&self.k1.to_le_bytes());
+        p.extend_from_slice(&self.b.to_le_bytes());
+        p.extend_from_slice(&(self.terms.len() as u64).to_le_bytes());
+        let u32s = |p: &mut Vec<u8>, v: &[u32]| {
+            p.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            v.iter().for_each(|x| p.extend_from_slice(&x.to_le_bytes()));
+        };
+        let u64s = |p: &mut Vec<u8>, v: &[u64]| {
+            p.extend_from_slice(&(v.len() as u64).to_le_bytes());
+            v.iter().for_each(|x| p.extend_from_slice(&x.to_le_bytes()));
+        };
+        for (t, rows, tfs) in &self.terms {
+            p.extend_from_slice(&(t.len() as u64).to_le_bytes());
+            p.extend_from_slice(t);
+            u32s(&mut p, rows);
+            u32s(&mut p, tfs);
+        }
+        u32s(&mut p, &self.doc_len);
+        u64s(&mut p, &self.ids);
+        u64s(&mut p, &self.alive);
+        p
+    }
+
+    /// The payload under a lexical header with both checksums recomputed.
+    fn file(&self) -> Vec<u8> {
+        reseal(&LexicalIndex::new().to_bytes(), &self.bytes())
+    }
+}
+
+/// Structurally wrong payloads under valid checksums (resealed, as the
+/// vector files' tests do): each is `Corrupt`, never a panic.
+#[test]
+fn consistent_checksums_but_bad_structure_is_corrupt() {
+    let good = Payload::good();
+    let idx = LexicalIndex::from_bytes(&good.file()).expect("the hand-written payload is a valid index");
+    assert_eq!(idx.len(), 2);
+    assert_eq!(ids_of(&idx.search("dog", 5).unwrap()), [11]);
+    let corrupt = |p: &Payload, why: &str| {
+        let r = LexicalIndex::from_bytes(&p.file());
+        assert!(matches!(r, Err(Error::Corrupt(_))), "{why}: {:?}", r.map(|i| i.len()));
+    };
+    let with = |f: &dyn Fn(&mut Payload)| {
+        let mut p = Payload::good();
+        f(&mut p);
+        p
+    };
+    corrupt(&with(&|p| p.k1 = f32::NAN), "NaN k1");
+    corrupt(&with(&|p| p.b = 2.0), "b above 1");
+    corrupt(
+        &with(&|p| {
+            p.terms[0].2.pop();
+        }),
+        "rows and frequencies differ",
+    );
+    corrupt(&with(&|p| p.terms[1].0 = b"cat"), "a term twice");
+    corrupt(&with(&|p| p.terms[0].0 = b"\xff\xfe"), "term not UTF-8");
+    corrupt(&with(&|p| p.terms[1].1 = vec![2]), "row out of range");
+    corrupt(&with(&|p| p.terms[0].1 = vec![1, 0]), "rows out of order");
+    corrupt(&with(&|p| p.terms[0].1 = vec![1, 1]), "a row twice in a list");
+    corrupt(&with(&|p| p.doc_len = vec![1]), "fewer lengths than rows");
+    corrupt(&with(&|p| p.alive = vec![]), "alive bitset too short");
+    corrupt(&with(&|p| p.alive = vec![0b11, 0]), "alive bitset too long");
+    corrupt(&with(&|p| p.ids = vec![10, 10]), "an id live twice");
+    // Counts that promise more than the file holds.
+    let mut x = good.bytes();
+    x[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(matches!(
+        LexicalIndex::from_bytes(&reseal(&good.file(), &x)),
+        Err(Error::Corrupt(_))
+    ));
+    let mut x = good.bytes();
+    x[8..16].copy_from_slice(&3u64.to_le_bytes());
+    assert!(matches!(
+        LexicalIndex::from_bytes(&reseal(&good.file(), &x)),
+        Err(Error::Corrupt(_))
+    ));
+    let mut x = good.bytes();
+    x[16..24].copy_from_slice(&(u64::MAX / 2).to_le_bytes()); // first term's text length
+    assert!(matches!(
+        LexicalIndex::from_bytes(&reseal(&good.file(), &x)),
+        Err(Error::Corrupt(_))
+    ));
+    // One byte short, one byte over (resealed).
+    let x = good.bytes();
+    assert!(matches!(
+        LexicalIndex::from_bytes(&reseal(&good.file(), &x[..x.len() - 1])),
+        Err(Error::Corrupt(_))
+    ));
+    let mut x = good.bytes();
+    x.push(0);
+    assert!(matches!(
+        LexicalIndex::from_bytes(&reseal(&good.file(), &x)),
+        Err(Error::Corrupt(_))
+    ));
+    // Every truncation of the payload, resealed: an error, never a panic.
+    let x = good.bytes();
+    for cut in 0..x.len() {
+        assert!(
+            LexicalIndex::from_bytes(&reseal(&good.file(), &x[..cut])).is_err(),
+            "cut {cut}"
+        );
+    }
+}
+
+/// A term count that fits the bytes left (one byte per term) but not 24
+/// bytes per term is refused before anything is reserved for it: the load
+/// of a 4 MiB file allocates far less than the file, where reserving the
+/// maps for 4 million terms would take hundreds of megabytes.
+#[test]
+fn term_count_is_bounded_and_reserves_nothing() {
+    let pad = 4 << 20;
+    let mut x = Payload::good().bytes()[..8].to_vec();
+    x.extend_from_slice(&(pad as u64).to_le_bytes());
+    x.resize(16 + pad, 0);
+    let file = reseal(&LexicalIndex::new().to_bytes(), &x);
+    let (r, peak) = peak_during(|| LexicalIndex::from_bytes(&file).map(|i| i.len()));
+    assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+    assert!(
+        peak < 1 << 20,
+        "loading a {} byte file allocated {peak} bytes at once",
+        file.len()
+    );
+    // The same count in a payload long enough for it is not refused for size:
+    // 65,536 empty-text terms are read until the second is a duplicate.
+    let n = 1 << 16;
+    let mut x = Payload::good().bytes()[..8].to_vec();
+    x.extend_from_slice(&(n as u64).to_le_bytes());
+    x.resize(16 + 24 * n, 0);
+    let r = LexicalIndex::from_bytes(&reseal(&LexicalIndex::new().to_bytes(), &x));
+    assert!(
+        matches!(&r, Err(Error::Corrupt(m)) if m.contains("twice")),
+        "{:?}",
+        r.map(|i| i.len())
+    );
+}
+
+fn ids_of(hits: &[Hit]) -> Vec<u64> {
+    hits.iter().map(|h| h.id).collect()
 }
 
 #[test]

@@ -72,3 +72,31 @@ pub fn assert_same_hits(got: &[Vec<Hit>], want: &[Vec<Hit>], tol: f32) {
         }
     }
 }
+
+/// Header + payload with both checksums recomputed, so only structure is wrong.
+pub fn reseal(header: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut bytes = header[..dentate::io::HEADER_LEN].to_vec();
+    bytes[16..24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    bytes[24..28].copy_from_slice(&crc32fast_hash(payload).to_le_bytes());
+    let h = crc32fast_hash(&bytes[..28]);
+    bytes[28..32].copy_from_slice(&h.to_le_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// CRC-32 (IEEE) of `b`, bitwise: an independent implementation keeps the
+/// tests honest about the format rather than reusing the writer's code.
+pub fn crc32fast_hash(b: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in b {
+        crc ^= byte as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}

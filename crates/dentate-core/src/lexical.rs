@@ -543,11 +543,17 @@ impl LexicalIndex {
             .check()
             .map_err(|e| Error::Corrupt(format!("BM25 parameters: {e}")))?;
         let nterms = usize::try_from(r.u64()?).map_err(|_| Error::Corrupt("term count overflows".into()))?;
-        if nterms > r.remaining() {
-            return Err(Error::Corrupt(format!("{nterms} terms in {} bytes", r.remaining())));
+        // Each term needs at least its three 8-byte length prefixes (text,
+        // rows, frequencies): bound the count by the bytes left. Nothing is
+        // reserved from the count; the maps grow with the terms actually read.
+        if nterms > r.remaining() / 24 {
+            return Err(Error::Corrupt(format!(
+                "{nterms} terms do not fit in the {} bytes left",
+                r.remaining()
+            )));
         }
-        let mut vocab = HashMap::with_capacity(nterms);
-        let mut lists = Vec::with_capacity(nterms);
+        let mut vocab = HashMap::new();
+        let mut lists = Vec::new();
         for tid in 0..nterms {
             let t = String::from_utf8(r.bytes()?).map_err(|_| Error::Corrupt("term is not UTF-8".into()))?;
             let rows = r.u32s()?;

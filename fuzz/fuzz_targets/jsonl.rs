@@ -1,0 +1,5 @@
+//! Fuzz target `jsonl`: see `dentate_fuzz::run`.
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    dentate_fuzz::run("jsonl", data);
+});

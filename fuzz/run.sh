@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs the cargo-fuzz targets (README.md here) on the stable toolchain.
+#
+#   fuzz/run.sh SECONDS [TARGET...]
+#
+# Writes the seed corpora (the main workspace's tests/fuzz_regressions.rs
+# generates them from code), builds every target once, then fuzzes each for
+# SECONDS on one worker; exits non-zero at the first crash, whose input is
+# left in fuzz/artifacts/<target>/. Corpora and artifacts are git-ignored.
+set -euo pipefail
+cd "$(dirname "$0")"
+secs=${1:-5}
+shift || true
+targets=("$@")
+((${#targets[@]})) || targets=(flat ivfpq fastscan lexical snapshot locomo jsonl llm_json)
+DENTATE_FUZZ_SEEDS="$PWD/corpus" cargo test -q --manifest-path ../Cargo.toml --test fuzz_regressions \
+    seeds_are_accepted_and_written_on_request >/dev/null
+# `-s none`: no sanitizer, so no nightly-only flag; the coverage
+# instrumentation (sancov) cargo-fuzz adds is stable.
+cargo fuzz build -s none
+for t in "${targets[@]}"; do
+    mkdir -p "corpus/$t" "artifacts/$t" logs
+    if ! cargo fuzz run -s none "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 \
+        -artifact_prefix="artifacts/$t/" -print_final_stats=1 >"logs/$t.log" 2>&1; then
+        tail -40 "logs/$t.log" >&2
+        echo "fuzz target $t crashed: input in fuzz/artifacts/$t/" >&2
+        exit 1
+    fi
+    echo "$t: $(grep -m1 -o 'number_of_executed_units: [0-9]*' "logs/$t.log") in ${secs}s, corpus $(ls "corpus/$t" | wc -l)"
+done

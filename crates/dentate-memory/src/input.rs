@@ -87,11 +87,17 @@ mod tests {
         assert_eq!(m[2].said_at, Some(1_683_554_220));
         assert_eq!(m[3].said_at, Some(1_683_554_160 + 86_400));
         assert_eq!(m[3].source_ref.as_deref(), Some("7"));
-        // The ends of the range are accepted (ms and seconds).
-        let edges = r#"{"role": "u", "content": "x", "timestamp": 253402300799}
-{"role": "u", "content": "x", "timestamp": -62167219200000}"#;
+        // The ends of the range are accepted: numbers of 1e10 and above are
+        // milliseconds, so both ends are written in milliseconds, and the
+        // largest number read as seconds is just below 1e10.
+        let edges = r#"{"role": "u", "content": "x", "timestamp": 253402300799000}
+{"role": "u", "content": "x", "timestamp": -62167219200000}
+{"role": "u", "content": "x", "timestamp": 9999999999}"#;
         let m = parse_jsonl(edges).unwrap();
-        assert_eq!((m[0].said_at, m[1].said_at), (Some(MAX_TIME), Some(MIN_TIME)));
+        assert_eq!(
+            (m[0].said_at, m[1].said_at, m[2].said_at),
+            (Some(MAX_TIME), Some(MIN_TIME), Some(9_999_999_999))
+        );
         for (bad, what) in [
             ("{\"role\": \"user\"}", "line 1: no non-empty"),
             ("[1]", "not a JSON object"),

@@ -131,7 +131,7 @@ fn lexical_and_hybrid_clamp_k() {
             assert_eq!(all.len(), N);
             // A filter that accepts few ids: the doubling depth stops at
             // the index's size instead of wrapping.
-            let few = |id: u64| id % 7 == 0;
+            let few = |id: u64| id.is_multiple_of(7);
             let some = hybrid_search(&flat, &lex, &base[..DIM], "topic3", k, fusion, Some(&few)).unwrap();
             assert_eq!(some.len(), ids.iter().filter(|&&i| few(i)).count());
         }

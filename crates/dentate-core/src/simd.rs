@@ -204,7 +204,9 @@ impl Panels {
 
     /// Rebuilds from raw panel data (used by the file reader).
     pub(crate) fn from_raw(dim: usize, len: usize, data: Floats) -> Option<Self> {
-        let want = len.div_ceil(PANEL) * PANEL * dim;
+        // `dim` and `len` come from a file: an overflowing product is a
+        // mismatch, never a wrapped size that happens to agree.
+        let want = len.div_ceil(PANEL).checked_mul(PANEL)?.checked_mul(dim)?;
         let have = match &data {
             Floats::F32(v) => v.len(),
             Floats::F16(v) => v.len(),

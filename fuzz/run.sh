@@ -13,7 +13,7 @@ secs=${1:-5}
 shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(flat ivfpq fastscan lexical snapshot locomo jsonl llm_json)
-DENTATE_FUZZ_SEEDS="$PWD/corpus" cargo test -q --manifest-path ../Cargo.toml --test fuzz_regressions \
+DENTATE_FUZZ_SEEDS="$PWD/corpus" cargo test -q --manifest-path ../Cargo.toml --workspace --test fuzz_regressions \
     seeds_are_accepted_and_written_on_request >/dev/null
 # `-s none`: no sanitizer, so no nightly-only flag; the coverage
 # instrumentation (sancov) cargo-fuzz adds is stable.

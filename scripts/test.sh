@@ -32,6 +32,12 @@ cargo test --workspace --all-targets --no-run
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 
+# Fuzz smoke: every cargo-fuzz target (fuzz/README.md) for a few seconds
+# from its generated seeds, on the stable toolchain (`-s none`); a crash
+# fails the run and leaves its input in fuzz/artifacts/.
+command -v cargo-fuzz >/dev/null || cargo install -q --locked cargo-fuzz --version 0.13.1
+fuzz/run.sh "${DENTATE_FUZZ_SECONDS:-5}"
+
 # The browser build (wasm/): builds the packages (installing the wasm32
 # target and wasm-bindgen-cli when missing), lints them for wasm32, runs the
 # API tests under Node and in headless Chromium, the WebGPU tests in Chromium

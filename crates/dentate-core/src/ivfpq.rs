@@ -17,7 +17,7 @@
 
 use crate::compute::{BaseRef, Compute, InvList, InvertedRef, Metric, Probe, StoreRef, default_compute, new_uid};
 use crate::error::{Error, Result};
-use crate::fastscan::{pack_entry, packed_len, unpack_entry};
+use crate::fastscan::{BLOCK, block_bytes, pack_entry, unpack_entry};
 use crate::index::{Index, check_search, clamp_k};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
 use crate::kmeans::{Init, KMeans, KMeansConfig};
@@ -279,10 +279,12 @@ impl InvList {
     }
 
     /// Bytes of codes `n` entries take.
-    fn code_len(n: usize, m: usize, codes: PqCodes) -> usize {
+    /// Bytes of `n` codes of `m` sub-quantizers; `None` when that
+    /// overflows (sizes read from a file, on a 32-bit target).
+    fn code_len(n: usize, m: usize, codes: PqCodes) -> Option<usize> {
         match codes {
-            PqCodes::Pq8 => n * m,
-            PqCodes::FastScan4 => packed_len(n, m),
+            PqCodes::Pq8 => n.checked_mul(m),
+            PqCodes::FastScan4 => n.div_ceil(BLOCK).checked_mul(block_bytes(m)),
         }
     }
 }
@@ -675,7 +677,7 @@ impl IvfPqIndex {
                     0 => None,
                     1 => {
                         let mtx = r.f32s()?;
-                        if mtx.len() != dim * dim {
+                        if dim.checked_mul(dim) != Some(mtx.len()) {
                             return Err(bad("OPQ matrix"));
                         }
                         Some(OpqRotation::from_matrix(dim, mtx))
@@ -686,12 +688,12 @@ impl IvfPqIndex {
                     return Err(Error::Corrupt("OPQ flag disagrees with the stored rotation".into()));
                 }
                 let coarse = r.f32s()?;
-                if coarse.len() != nlist * dim {
+                if nlist.checked_mul(dim) != Some(coarse.len()) {
                     return Err(bad("coarse centroids"));
                 }
                 let books = r.f32s()?;
                 let ksub = ksub_for(codes.bits())?;
-                if books.len() != m * ksub * (dim / m) {
+                if m.checked_mul(ksub).and_then(|x| x.checked_mul(dim / m)) != Some(books.len()) {
                     return Err(bad("PQ codebooks"));
                 }
                 if coarse.iter().chain(&books).any(|x| !x.is_finite()) {
@@ -710,7 +712,7 @@ impl IvfPqIndex {
         for _ in 0..nlist {
             let rows = r.u32s()?;
             let bytes = r.bytes()?;
-            if bytes.len() != InvList::code_len(rows.len(), m, codes) {
+            if InvList::code_len(rows.len(), m, codes) != Some(bytes.len()) {
                 return Err(bad("inverted list codes"));
             }
             lists.push(InvList { rows, codes: bytes });

@@ -3,20 +3,8 @@
 use std::path::Path;
 use std::process::Command;
 
-fn dentate() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dentate"))
-}
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run dentate");
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
+mod common;
+use common::{dentate, run_ok};
 
 fn synth(dir: &Path, n: usize, dim: usize) {
     run_ok(

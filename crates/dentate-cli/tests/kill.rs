@@ -10,23 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn dentate() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dentate"))
-}
-
-fn run_ok(cmd: &mut Command) -> (String, String) {
-    let out = cmd.output().expect("run dentate");
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        String::from_utf8(out.stdout).expect("utf-8"),
-        String::from_utf8(out.stderr).expect("utf-8"),
-    )
-}
+mod common;
+use common::{dentate, run_ok, run_ok_with_stderr};
 
 /// Writes `n` deterministic vectors of dimension `dim` as .fvecs.
 fn write_fvecs(path: &Path, n: usize, dim: usize, seed: u64) {
@@ -84,7 +69,6 @@ fn kill_during_index_save_leaves_the_previous_index_whole() {
                 .arg("--queries")
                 .arg(&q),
         )
-        .0
     };
     run_ok(&mut build(&a));
     let previous = std::fs::read(&index).unwrap();
@@ -201,7 +185,7 @@ fn kill_during_ingest_then_resume_processes_only_what_was_left() {
     // Uninterrupted, timed.
     let whole = dir.path().join("whole");
     let t0 = Instant::now();
-    let (out, _) = run_ok(&mut ingest(&whole, &chat));
+    let out = run_ok(&mut ingest(&whole, &chat));
     let full = t0.elapsed();
     assert_eq!(count_after(&out, "processed"), n);
     let reference = items(&whole);
@@ -248,7 +232,7 @@ fn kill_during_ingest_then_resume_processes_only_what_was_left() {
     drop(store);
     // Re-running the same command stores nothing again and processes only
     // the rest.
-    let (out, err) = run_ok(&mut ingest(&mem, &chat));
+    let (out, err) = run_ok_with_stderr(&mut ingest(&mem, &chat));
     assert!(
         err.contains("stored 0 messages") && err.contains(&format!("{n} already stored")),
         "{err}"

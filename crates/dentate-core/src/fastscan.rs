@@ -95,6 +95,11 @@ pub fn packed_len(n: usize, m: usize) -> usize {
     n.div_ceil(BLOCK) * block_bytes(m)
 }
 
+/// [`packed_len`] of sizes read from a file: `None` when it overflows.
+pub fn checked_packed_len(n: usize, m: usize) -> Option<usize> {
+    n.div_ceil(BLOCK).checked_mul(block_bytes(m))
+}
+
 /// Writes `code` (`m` codes, one per byte, each below 16; higher bits are
 /// ignored) as entry `pos` of a packed list, appending a zeroed block when
 /// `pos` is the first entry of a new one. Entries must be written in order

@@ -17,7 +17,7 @@
 
 use crate::compute::{BaseRef, Compute, InvList, InvertedRef, Metric, Probe, StoreRef, default_compute, new_uid};
 use crate::error::{Error, Result};
-use crate::fastscan::{BLOCK, block_bytes, pack_entry, unpack_entry};
+use crate::fastscan::{checked_packed_len, pack_entry, unpack_entry};
 use crate::index::{Index, check_search, clamp_k};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
 use crate::kmeans::{Init, KMeans, KMeansConfig};
@@ -284,7 +284,7 @@ impl InvList {
     fn code_len(n: usize, m: usize, codes: PqCodes) -> Option<usize> {
         match codes {
             PqCodes::Pq8 => n.checked_mul(m),
-            PqCodes::FastScan4 => n.div_ceil(BLOCK).checked_mul(block_bytes(m)),
+            PqCodes::FastScan4 => checked_packed_len(n, m),
         }
     }
 }

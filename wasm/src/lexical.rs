@@ -76,7 +76,7 @@ impl LexicalIndex {
 
 /// Dense search of `vector` on `index` and BM25 search of `text` on
 /// `lexical`, fused into the best `k` (one query row). `fusion` is `hybrid`
-/// (the default: 0.3 dense + 0.7 BM25, min–max normalised), `rrf`, `rrf:C`
+/// (the default: 0.5 dense + 0.5 BM25, min–max normalised), `rrf`, `rrf:C`
 /// or `weighted:W`.
 #[wasm_bindgen(js_name = hybridSearch)]
 pub fn hybrid_search(

@@ -89,7 +89,9 @@ fn describe(e: &JsValue) -> String {
 /// Agent memory in the page: messages in, relevant memories (with the
 /// ids of the messages they came from) out. Options:
 /// `pipeline` (`hema` default, `nemori`, `rag`), `retriever` (`hybrid`
-/// default, `dense`, `bm25`, `rrf[:C]`, `weighted:W`), `dim` (hashing
+/// default, with the fusion weight chosen for the embedder: 0.3 dense for
+/// the hashing embedder, 0.5 for others; `dense`, `bm25`, `rrf[:C]`,
+/// `weighted:W`), `dim` (hashing
 /// embedder dimension, 2 to 65,536, default 384), or `embed` + `embedDim`
 /// (1 to 65,536; + optional `embedName`) to embed with your own
 /// synchronous function.
@@ -106,10 +108,7 @@ struct Settings {
 
 fn settings(options: &JsValue) -> Result<Settings, JsValue> {
     let kind = PipelineKind::parse(&get_string(options, "pipeline")?.unwrap_or_else(|| "hema".into())).map_err(err)?;
-    let retriever = match get_string(options, "retriever")? {
-        Some(r) => Retriever::parse(&r).map_err(err)?,
-        None => Retriever::default(),
-    };
+    let retriever = get_string(options, "retriever")?;
     let embedder: Arc<dyn Embedder> = match get(options, "embed")? {
         Some(f) => {
             let f: Function = f
@@ -129,6 +128,8 @@ fn settings(options: &JsValue) -> Result<Settings, JsValue> {
         }
         None => Arc::new(HashingEmbedder::new(get_usize(options, "dim")?.unwrap_or(384)).map_err(err)?),
     };
+    // `hybrid` (and no choice) mean the fusion weight for this embedder.
+    let retriever = Retriever::parse_for(retriever.as_deref().unwrap_or("hybrid"), &embedder.name()).map_err(err)?;
     Ok(Settings {
         kind,
         embedder,
@@ -257,7 +258,8 @@ impl AgentMemory {
     /// `rrf[:C]` or `weighted:W`.
     #[wasm_bindgen(js_name = setRetriever)]
     pub fn set_retriever(&mut self, name: &str) -> Result<(), JsValue> {
-        self.mem.set_retriever(Retriever::parse(name).map_err(err)?);
+        let retriever = Retriever::parse_for(name, &self.mem.embedder_name()).map_err(err)?;
+        self.mem.set_retriever(retriever);
         Ok(())
     }
 

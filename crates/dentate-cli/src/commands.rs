@@ -556,7 +556,7 @@ fn search_cmd(a: &SearchArgs) -> Res<()> {
         }
         return Ok(());
     }
-    let retriever = Retriever::parse(&a.retriever)?;
+    let retriever = Retriever::parse_for(&a.retriever, &a.embedder.embedder)?;
     let lexical = match retriever {
         Retriever::Dense => None,
         _ => {

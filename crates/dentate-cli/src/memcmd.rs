@@ -78,8 +78,9 @@ impl MemoryArgs {
         let e: Arc<dyn dentate_embed::Embedder> = Arc::from(make_embedder(&self.embedder)?);
         let llm = self.llm.build()?;
         let kind = PipelineKind::parse(&self.pipeline)?.resolve_dates(self.resolve_dates);
+        let retriever = Retriever::parse_for(&self.retriever, &e.name())?;
         let mut mem = Memory::open(&self.dir, kind, e, llm.clone())?;
-        mem.set_retriever(Retriever::parse(&self.retriever)?);
+        mem.set_retriever(retriever);
         Ok((mem, llm))
     }
 }
@@ -407,7 +408,7 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
     let embedder: Arc<dyn dentate_embed::Embedder> = Arc::from(make_embedder(&a.embedder)?);
     let llm = a.llm.build()?;
     let retrievers = names(&a.retriever)
-        .map(Retriever::parse)
+        .map(|r| Retriever::parse_for(r, &embedder.name()))
         .collect::<Result<Vec<_>, _>>()?;
     let settings: Vec<(&str, &str)> = match &a.set {
         Some(s) => names(s)

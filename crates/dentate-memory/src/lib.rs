@@ -50,7 +50,8 @@ pub use memory::{Memory, PipelineKind};
 pub use metrics::Cut;
 pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{
-    Composed, DEFAULT_FUSION, Env, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever, Sayer,
+    Composed, DEFAULT_FUSION, Env, HASHING_FUSION, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever, Sayer,
+    is_hashing_embedder,
 };
 pub use premem::{Premem, PrememConfig};
 pub use rag::{Rag, RagConfig};

@@ -211,17 +211,23 @@ impl Memory {
     fn with_store(store: Store, kind: PipelineKind, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>) -> Memory {
         Memory {
             store,
+            retriever: Retriever::default_for(&embedder.name()),
             embedder,
             llm,
             kind,
-            retriever: Retriever::default(),
             pipelines: HashMap::new(),
         }
     }
 
-    /// Chooses how items are found (default: hybrid, dense + BM25 fused).
+    /// Chooses how items are found (default: hybrid, dense + BM25 fused
+    /// with the weight for this memory's embedder, [`Retriever::default_for`]).
     pub fn set_retriever(&mut self, retriever: Retriever) {
         self.retriever = retriever;
+    }
+
+    /// The name of this memory's embedder (`Embedder::name`).
+    pub fn embedder_name(&self) -> String {
+        self.embedder.name()
     }
 
     /// The retriever in use.

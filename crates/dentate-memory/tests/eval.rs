@@ -102,7 +102,7 @@ fn every_pipeline_and_retriever_in_one_run_at_budgets() {
         .collect();
     assert_eq!(names.len(), 6);
     assert_eq!(names[0], ("rag".into(), "dense".into()));
-    assert_eq!(names[5], ("hema".into(), "weighted:0.3".into()));
+    assert_eq!(names[5], ("hema".into(), "weighted:0.5".into()));
     assert_eq!(out.ingest.len(), 2);
     assert_eq!(out.ingest[0].messages, 6);
     assert_eq!(out.ingest[0].items, 6);

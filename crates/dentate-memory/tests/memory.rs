@@ -403,6 +403,59 @@ fn hema_switches_to_ivf_pq_too() {
     assert!(matches!(idx, dentate_core::AnyIndex::IvfPq(_)));
 }
 
+/// The default fusion weight follows the embedder, as the tune split of
+/// locomo-dev picks it for each: 0.3 dense for the hashing embedder, 0.5
+/// for a sentence embedder; `hybrid` means that default, an explicit
+/// `weighted:W` is kept whatever the embedder.
+#[test]
+fn hybrid_default_follows_the_embedder() {
+    use dentate_core::Fusion;
+    use dentate_embed::Embedder;
+    use dentate_memory::{DEFAULT_FUSION, HASHING_FUSION, Retriever};
+    /// The hashing embedder under another name, as a sentence embedder.
+    struct Named(dentate_embed::HashingEmbedder);
+    impl Embedder for Named {
+        fn name(&self) -> String {
+            "sentence-256".into()
+        }
+        fn dim(&self) -> usize {
+            self.0.dim()
+        }
+        fn embed(&self, texts: &[&str]) -> dentate_embed::Result<Vec<f32>> {
+            self.0.embed(texts)
+        }
+    }
+    assert_eq!(HASHING_FUSION, Fusion::Weighted { dense_weight: 0.3 });
+    assert_eq!(DEFAULT_FUSION, Fusion::Weighted { dense_weight: 0.5 });
+    let dir = tempfile::tempdir().unwrap();
+    let m = open(dir.path(), "rag");
+    assert_eq!(m.retriever(), Retriever::Hybrid(HASHING_FUSION));
+    drop(m);
+    let other = tempfile::tempdir().unwrap();
+    let sentence = Arc::new(Named(dentate_embed::HashingEmbedder::new(256).unwrap()));
+    let m = Memory::open(other.path(), PipelineKind::parse("rag").unwrap(), sentence, None).unwrap();
+    assert_eq!(m.retriever(), Retriever::Hybrid(DEFAULT_FUSION));
+    assert_eq!(m.embedder_name(), "sentence-256");
+    for (name, embedder, want) in [
+        ("hybrid", "hash-384", Retriever::Hybrid(HASHING_FUSION)),
+        ("hybrid", "hash", Retriever::Hybrid(HASHING_FUSION)),
+        ("hybrid", "minilm-l6-v2", Retriever::Hybrid(DEFAULT_FUSION)),
+        (
+            "weighted:0.5",
+            "hash-384",
+            Retriever::Hybrid(Fusion::Weighted { dense_weight: 0.5 }),
+        ),
+        ("dense", "hash-384", Retriever::Dense),
+    ] {
+        assert_eq!(
+            Retriever::parse_for(name, embedder).unwrap(),
+            want,
+            "{name} with {embedder}"
+        );
+    }
+    assert!(Retriever::parse_for("weighted:2", "hash-384").is_err());
+}
+
 #[test]
 fn retrievers_dense_bm25_hybrid() {
     use dentate_memory::Retriever;

@@ -86,7 +86,7 @@ pub struct BindingConfig {
 impl BindingConfig {
     /// The levels for the embedder called `embedder`.
     pub fn similarity(&self, embedder: &str) -> Similarity {
-        if embedder.starts_with("hash") {
+        if crate::pipeline::is_hashing_embedder(embedder) {
             self.hashing
         } else {
             self.sentence

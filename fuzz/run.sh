@@ -19,6 +19,25 @@ DENTATE_FUZZ_SEEDS="$PWD/corpus" cargo test -q --manifest-path ../Cargo.toml --w
 # instrumentation (sancov) cargo-fuzz adds is stable.
 # DENTATE_FUZZ_BUILD=dev (CI's smoke) builds without optimisations: about
 # half the build time, slower executions; campaigns use the default release.
+# How quiet a run ended: the edge count (`cov:`) and feature count (`ft:`)
+# at the end, and at what share of the run's executions the last new edge
+# and the last new feature were found (libFuzzer's `#N ... cov: C ft: F`
+# lines). A run is quiet when its last new edge came early.
+quiet() {
+    awk '/^#[0-9]+/ && / cov: / {
+            n = substr($1, 2) + 0
+            for (i = 2; i < NF; i++) { if ($i == "cov:") c = $(i + 1) + 0; if ($i == "ft:") f = $(i + 1) + 0 }
+            if (c > cov) { cov = c; at_cov = n }
+            if (f > ft) { ft = f; at_ft = n }
+            last = n
+         }
+         /number_of_executed_units:/ { last = $2 + 0 }
+         END {
+            if (last == 0) { print "no coverage lines"; exit }
+            printf "edges %d (last new at %.1f%% of executions), features %d (last new at %.1f%%)", \
+                cov, 100 * at_cov / last, ft, 100 * at_ft / last
+         }' "$1"
+}
 mode=()
 [[ ${DENTATE_FUZZ_BUILD:-release} == dev ]] && mode=(--dev)
 cargo fuzz build -s none "${mode[@]}"
@@ -30,5 +49,5 @@ for t in "${targets[@]}"; do
         echo "fuzz target $t crashed: input in fuzz/artifacts/$t/" >&2
         exit 1
     fi
-    echo "$t: $(grep -m1 -o 'number_of_executed_units: [0-9]*' "logs/$t.log") in ${secs}s, corpus $(ls "corpus/$t" | wc -l)"
+    echo "$t: $(grep -m1 -o 'number_of_executed_units: [0-9]*' "logs/$t.log") in ${secs}s, corpus $(ls "corpus/$t" | wc -l), $(quiet "logs/$t.log")"
 done

@@ -254,8 +254,8 @@ impl AgentMemory {
         self.mem.correct(user, item_id(id)?, text).map_err(err)
     }
 
-    /// Chooses how memories are found: `hybrid`, `dense`, `bm25`,
-    /// `rrf[:C]` or `weighted:W`.
+    /// Chooses how memories are found: `hybrid` (the fusion weight for
+    /// this memory's embedder), `dense`, `bm25`, `rrf[:C]` or `weighted:W`.
     #[wasm_bindgen(js_name = setRetriever)]
     pub fn set_retriever(&mut self, name: &str) -> Result<(), JsValue> {
         let retriever = Retriever::parse_for(name, &self.mem.embedder_name()).map_err(err)?;

@@ -66,7 +66,8 @@ pub fn is_hashing_embedder(name: &str) -> bool {
 }
 
 impl Retriever {
-    /// Parses `dense`, `bm25`, `hybrid` (default fusion), `rrf[:C]` or
+    /// Parses `dense`, `bm25`, `hybrid` ([`DEFAULT_FUSION`], whatever the
+    /// embedder: [`Retriever::parse_for`] resolves it for one), `rrf[:C]` or
     /// `weighted:W` (W = dense weight in `[0, 1]`).
     pub fn parse(s: &str) -> Result<Self> {
         match s {

@@ -6,8 +6,8 @@
 //! 384-d vectors, one k-means iteration, PQ encoding, IVF-PQ search.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use dentate::Panels;
 use dentate::data::{SynthConfig, clustered};
-use dentate::simd::Panels;
 use dentate::{
     FlatIndex, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, KMeans, KMeansConfig, Metric, PqTrainConfig, Precision,
     ProductQuantizer, default_compute,

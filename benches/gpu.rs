@@ -16,10 +16,10 @@
 //! fails otherwise.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use dentate::compute::{BaseRef, Compute, CpuCompute};
+use dentate::Panels;
 use dentate::data::{SynthConfig, clustered};
 use dentate::gpu::{GpuCompute, GpuOptions};
-use dentate::simd::Panels;
+use dentate::{BaseRef, Compute, CpuCompute};
 use dentate::{Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Metric, Precision};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -110,7 +110,7 @@ fn exact(c: &mut Criterion) {
         // The device copy of the base is made on the first call, as an index
         // would keep it; the timed calls upload queries only.
         let base_ref = BaseRef {
-            uid: dentate::compute::new_uid(),
+            uid: dentate::views::new_uid(),
             ..BaseRef::plain(&panels)
         };
         black_box(b.top_k(&queries[..DIM], base_ref, 10));

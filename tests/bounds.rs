@@ -7,8 +7,8 @@
 mod common;
 
 use common::synth;
-use dentate::compute::{BaseRef, Compute, CpuCompute};
-use dentate::simd::Panels;
+use dentate::Panels;
+use dentate::{BaseRef, Compute, CpuCompute};
 use dentate::{
     Bitset, Error, FlatIndex, Fusion, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, LexicalIndex, Precision,
     hybrid_search,

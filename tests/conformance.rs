@@ -12,14 +12,14 @@
 mod common;
 
 use common::synth;
-use dentate::compute::{BaseRef, Compute, CpuCompute};
 use dentate::gpu::{GpuCompute, GpuOptions, TablePlacement};
 use dentate::rng::Rng;
-use dentate::simd::{Panels, RowMajor};
+use dentate::{BaseRef, Compute, CpuCompute};
 use dentate::{
     Bitset, Cand, FlatIndex, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, KMeans, KMeansConfig, Metric,
     Precision, SalienceParams, StoreRef, silhouette,
 };
+use dentate::{Panels, RowMajor};
 use std::sync::{Arc, OnceLock};
 
 /// The reference: the CPU backend on its scalar path.
@@ -360,7 +360,7 @@ mod cases {
             store.extend(&rows);
             let s = StoreRef {
                 rows: &store,
-                uid: dentate::compute::new_uid(),
+                uid: dentate::views::new_uid(),
                 epoch: 0,
             };
             let tol = if precision == Precision::F32 { 1e-4 } else { 1e-2 };

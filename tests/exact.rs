@@ -43,8 +43,8 @@ fn exact_equals_naive_loop_including_ties() {
 
 #[test]
 fn every_simd_path_gives_the_same_ids() {
-    use dentate::compute::{BaseRef, Compute, CpuCompute};
-    use dentate::simd::{Isa, Panels};
+    use dentate::{BaseRef, Compute, CpuCompute};
+    use dentate::{Isa, Panels};
     let dim = 96;
     let base = synth(2000, dim, 20, 3);
     let queries = synth(50, dim, 20, 4);

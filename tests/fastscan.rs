@@ -8,9 +8,9 @@ use common::*;
 use dentate::data::recall_at_k;
 use dentate::fastscan::{QuantizedTables, block_sums, pack_codes, padded_m};
 use dentate::{
-    Bitset, Cand, Compute, CpuCompute, Error, Index, IndexKind, InvList, InvertedRef, Isa, IvfPqConfig, IvfPqIndex,
-    IvfSearchParams, PqCodes, PqTrainConfig, Precision, Probe, ProductQuantizer, SalienceParams, TuneConfig,
-    default_compute, tune_fastscan,
+    Bitset, Cand, Compute, CpuCompute, Error, Index, IndexKind, InvList, InvertedRef, Isa, IvfParts, IvfPlan,
+    IvfPqConfig, IvfPqIndex, IvfSearchParams, PqCodes, PqTrainConfig, Precision, Probe, ProductQuantizer,
+    SalienceParams, TuneConfig, default_compute, tune_fastscan,
 };
 use proptest::prelude::*;
 
@@ -24,6 +24,31 @@ fn pq4(dim: usize, m: usize, seed: u64) -> ProductQuantizer {
         ..Default::default()
     };
     ProductQuantizer::train(&data, dim, m, &cfg, default_compute().as_ref()).unwrap()
+}
+
+/// What the fast-scan kernel reads of an index, for lists built by hand.
+fn parts4<'a>(pq: &'a ProductQuantizer, lists: InvertedRef<'a>, ids: &'a [u64], alive: &'a Bitset) -> IvfParts<'a> {
+    IvfParts {
+        codes: PqCodes::FastScan4,
+        books: pq.books(),
+        lists,
+        ids,
+        alive,
+        store: None,
+    }
+}
+
+/// A planned scan of `queries` (already in the quantizer's space) over
+/// `probes`, keeping `k` candidates each.
+fn plan(queries: &[f32], probes: &[Vec<Probe>], k: usize) -> IvfPlan {
+    IvfPlan {
+        queries: queries.to_vec(),
+        rotated: queries.to_vec(),
+        probes: probes.to_vec(),
+        shortlist: k,
+        k,
+        rerank: false,
+    }
 }
 
 /// The obvious implementation: quantise the query's tables, add up each
@@ -121,7 +146,7 @@ proptest! {
             .collect();
         for isa in Isa::available() {
             let c = CpuCompute::with_isa(isa).unwrap();
-            let got = c.fastscan_top_k(&queries, &pq, inverted, &probes, &ids, &alive, k).unwrap();
+            let got = c.fastscan_top_k(&parts4(&pq, inverted, &ids, &alive), &plan(&queries, &probes, k)).unwrap();
             prop_assert_eq!(got.len(), nq);
             for (qi, g) in got.iter().enumerate() {
                 let own: Vec<(Vec<u8>, Vec<u32>, f32)> = picks[qi]
@@ -398,7 +423,7 @@ fn bad_input_is_a_typed_error() {
         epoch: 0,
     };
     assert!(matches!(
-        default_compute().fastscan_top_k(&[1.0; 8], &pq8, none, &[vec![]], &[], &empty, 1),
+        default_compute().fastscan_top_k(&parts4(&pq8, none, &[], &empty), &plan(&[1.0; 8], &[vec![]], 1)),
         Err(Error::InvalidParameter { name: "pq", .. })
     ));
     // A list whose blocks are shorter than its rows is skipped, not read past.
@@ -417,7 +442,7 @@ fn bad_input_is_a_typed_error() {
     (0..3).for_each(|_| alive.push(true));
     let probe = vec![vec![Probe { list: 0, bias: 0.0 }]];
     let res = default_compute()
-        .fastscan_top_k(&[1.0; 8], &pq, short, &probe, &[1, 2, 3], &alive, 5)
+        .fastscan_top_k(&parts4(&pq, short, &[1, 2, 3], &alive), &plan(&[1.0; 8], &probe, 5))
         .unwrap();
     assert!(res[0].is_empty());
 }

@@ -4,7 +4,7 @@
 //! synchronous.
 
 use crate::convert::err;
-use dentate_core::{Hit, IvfPlan, IvfPqIndex, IvfSearchParams, PqCodes};
+use dentate_core::{AsyncCompute, Hit, IvfPlan, IvfPqIndex, IvfSearchParams, PqCodes};
 use dentate_gpu::{GpuCompute, GpuOptions};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
@@ -75,30 +75,8 @@ pub(crate) async fn ivf_search(
     let parts = index.parts()?;
     let g = &gpu.inner;
     let cands = match parts.codes {
-        PqCodes::Pq8 => {
-            g.adc_top_k_async(
-                &plan.rotated,
-                parts.pq,
-                parts.lists,
-                &plan.probes,
-                parts.ids,
-                parts.alive,
-                plan.shortlist,
-            )
-            .await
-        }
-        PqCodes::FastScan4 => {
-            g.fastscan_top_k_async(
-                &plan.rotated,
-                parts.pq,
-                parts.lists,
-                &plan.probes,
-                parts.ids,
-                parts.alive,
-                plan.shortlist,
-            )
-            .await?
-        }
+        PqCodes::Pq8 => g.adc_top_k_async(&parts, &plan).await,
+        PqCodes::FastScan4 => g.fastscan_top_k_async(&parts, &plan).await?,
     };
     // `plan.k` is `k` clamped to the live count (the engine's `k` rule).
     let out = match (parts.store, plan.rerank) {

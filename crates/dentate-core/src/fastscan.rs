@@ -6,7 +6,8 @@
 //! sub-quantizer's lookup table is 16 bytes: it fits in a SIMD register and
 //! is read with a byte shuffle (`pshufb`, `vqtbl1q_u8`, `i8x16.swizzle`)
 //! instead of a memory load per code. This module defines the data every
-//! backend shares; the CPU shuffle kernels are in `simd::pq4`.
+//! backend shares; the CPU's scan of a list is `cpu::pq`'s, over the shuffle
+//! kernels of `simd::pq4`.
 //!
 //! # Block layout
 //!
@@ -32,7 +33,7 @@
 //! # Quantised tables
 //!
 //! For a query, `T[j][c]` = `<q_j, centroid c of sub-quantizer j>` (f32, by
-//! [`crate::ProductQuantizer::table_into`]). [`QuantizedTables::new`] maps
+//! [`crate::Codebooks::table_into`]). [`QuantizedTables::new`] maps
 //! them to u8 with one scale `a` for all tables and a per-table minimum:
 //!
 //! ```text
@@ -56,7 +57,7 @@
 //!
 //! # The scan
 //!
-//! Candidates are kept in a [`Reservoir`] (amortised O(1) insertion).
+//! Candidates are kept in a [`crate::Reservoir`] (amortised O(1) insertion).
 //! Per probed list, its current threshold (a lower bound on the `k`-th best
 //! score) is converted to the smallest u16 sum that can still reach it
 //! ([`QuantizedTables::min_sum`]); a list whose best possible sum cannot is
@@ -67,12 +68,10 @@
 //! the threshold at that moment, so the result is exactly the top `k` of
 //! all live codes by (score desc, id asc).
 
+use crate::codebook::Codebooks;
 use crate::error::{Error, Result};
-use crate::pq::ProductQuantizer;
 use crate::simd::Isa;
 use crate::simd::pq4;
-use crate::topk::{Cand, Reservoir};
-use crate::vector::Bitset;
 
 /// Entries per block.
 pub const BLOCK: usize = pq4::BLOCK;
@@ -281,91 +280,34 @@ impl QuantizedTables {
     }
 }
 
-/// Fails unless `pq` has 16 centroids per sub-quantizer (4-bit codes).
-pub fn check_pq(pq: &ProductQuantizer) -> Result<()> {
-    if pq.ksub() != KSUB {
+/// Fails unless `books` has 16 centroids per sub-quantizer (4-bit codes).
+pub fn check_books(books: Codebooks<'_>) -> Result<()> {
+    if books.ksub() != KSUB {
         return Err(Error::param(
             "pq",
             format!(
                 "fast-scan needs 16 centroids per sub-quantizer, this PQ has {}",
-                pq.ksub()
+                books.ksub()
             ),
         ));
     }
     Ok(())
 }
 
-/// The quantised tables of every row-major query against `pq`: what a
+/// The quantised tables of every row-major query against `books`: what a
 /// backend that scans elsewhere (the GPU) uploads, so that it sums the
 /// same bytes the CPU does. Fails as [`crate::Compute::fastscan_top_k`]
-/// does: a PQ without 16 centroids, a non-finite query.
-pub fn query_tables(queries: &[f32], pq: &ProductQuantizer) -> Result<Vec<QuantizedTables>> {
-    check_pq(pq)?;
-    let mut table = vec![0f32; pq.m() * KSUB];
+/// does: codebooks without 16 centroids, a non-finite query.
+pub fn query_tables(queries: &[f32], books: Codebooks<'_>) -> Result<Vec<QuantizedTables>> {
+    check_books(books)?;
+    let mut table = vec![0f32; books.m() * KSUB];
     queries
-        .chunks_exact(pq.dim().max(1))
+        .chunks_exact(books.dim().max(1))
         .map(|q| {
-            pq.table_into(q, &mut table);
-            QuantizedTables::new(&table, pq.m())
+            books.table_into(q, &mut table);
+            QuantizedTables::new(&table, books.m())
         })
         .collect()
-}
-
-/// One inverted list in the packed layout, as the fast-scan kernels take it.
-#[derive(Debug, Clone, Copy)]
-pub struct PackedListRef<'a> {
-    /// `packed_len(rows.len(), m)` bytes of blocks.
-    pub blocks: &'a [u8],
-    /// Global row of each entry, in entry order.
-    pub rows: &'a [u32],
-    /// Added to every score of this list (`<q, centroid>`).
-    pub bias: f32,
-}
-
-/// Scans one packed list with quantised tables on `isa`, offering live
-/// candidates to `heap` (see the module documentation). A list whose
-/// blocks are shorter than its rows need is skipped.
-pub(crate) fn scan_list(
-    isa: Isa,
-    qt: &QuantizedTables,
-    list: &PackedListRef<'_>,
-    ids: &[u64],
-    alive: &Bitset,
-    heap: &mut Reservoir,
-) {
-    let n = list.rows.len();
-    let bb = qt.lut.len();
-    let Some(blocks) = list.blocks.get(..n.div_ceil(BLOCK) * bb) else {
-        return;
-    };
-    if n == 0 {
-        return;
-    }
-    let Some(t0) = qt.min_sum(heap.threshold(), list.bias) else {
-        return;
-    };
-    pq4::scan(isa, &qt.lut, blocks, t0, &mut |b, mask, sums| {
-        let mut bits = mask;
-        while bits != 0 {
-            let e = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let entry = b * BLOCK + e;
-            if entry >= n {
-                break; // padding of the last block; later bits are padding too
-            }
-            let row = list.rows[entry];
-            if alive.get(row as usize)
-                && let Some(&id) = ids.get(row as usize)
-            {
-                heap.push(Cand {
-                    score: qt.score(sums[e], list.bias),
-                    id,
-                    row,
-                });
-            }
-        }
-        qt.min_sum(heap.threshold(), list.bias)
-    });
 }
 
 /// The raw kernel output on `isa`: the u16 sum of every entry of every

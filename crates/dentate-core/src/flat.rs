@@ -1,14 +1,16 @@
 //! The exact index: every live vector scored against every query by the
 //! blocked tile kernel.
 
-use crate::compute::{BaseRef, Compute, default_compute};
+use crate::backend::default_compute;
+use crate::compute::Compute;
 use crate::error::{Error, Result};
 use crate::index::{Index, check_search, clamp_k};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
+use crate::layout::{Floats, Panels};
 use crate::rows::RowTable;
-use crate::simd::{Floats, Panels};
 use crate::topk::Hit;
 use crate::vector::{Precision, check_add};
+use crate::views::BaseRef;
 use std::path::Path;
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
-//! The `Index` trait every index implements, and [`AnyIndex`] for files of
-//! unknown kind.
+//! The `Index` trait every index implements, and the argument checks all
+//! of them share ([`crate::AnyIndex`] opens a file of unknown kind).
 //!
 //! # Locking model
 //!
@@ -12,9 +12,7 @@
 //! salience uses atomics, so recording it needs only the read lock.
 
 use crate::error::{Error, Result};
-use crate::flat::FlatIndex;
-use crate::io::{IndexKind, peek_kind, read_file};
-use crate::ivfpq::IvfPqIndex;
+use crate::io::IndexKind;
 use crate::salience::SalienceParams;
 use crate::topk::Hit;
 use std::path::Path;
@@ -62,53 +60,6 @@ pub trait Index: Send + Sync {
     fn prune_lowest(&mut self, fraction: f64, params: &SalienceParams) -> Result<Vec<u64>>;
     /// The kind of index.
     fn kind(&self) -> IndexKind;
-}
-
-/// An index of either kind, as loaded from a file.
-// One value per loaded file: the variants' size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum AnyIndex {
-    /// Exact index.
-    Flat(FlatIndex),
-    /// IVF-PQ index, 8-bit or 4-bit fast-scan codes (file kinds `ivfpq` and `fastscan`).
-    IvfPq(IvfPqIndex),
-}
-
-impl AnyIndex {
-    /// Loads whichever kind of index `path` holds.
-    pub fn load(path: &Path) -> Result<Self> {
-        let bytes = read_file(path)?;
-        Self::from_bytes(&bytes)
-    }
-
-    /// Parses a file image of either kind.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        match peek_kind(bytes)? {
-            IndexKind::Flat => Ok(AnyIndex::Flat(FlatIndex::from_bytes(bytes)?)),
-            IndexKind::IvfPq | IndexKind::FastScan => Ok(AnyIndex::IvfPq(IvfPqIndex::from_bytes(bytes)?)),
-            IndexKind::Lexical => Err(Error::WrongKind {
-                found: "lexical".into(),
-                expected: "a vector index".into(),
-            }),
-        }
-    }
-
-    /// The index as a trait object.
-    pub fn as_index(&self) -> &dyn Index {
-        match self {
-            AnyIndex::Flat(i) => i,
-            AnyIndex::IvfPq(i) => i,
-        }
-    }
-
-    /// The index as a mutable trait object.
-    pub fn as_index_mut(&mut self) -> &mut dyn Index {
-        match self {
-            AnyIndex::Flat(i) => i,
-            AnyIndex::IvfPq(i) => i,
-        }
-    }
 }
 
 /// The argument checks every `search` makes first — `k ≥ 1`, whole

@@ -317,7 +317,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         ".{}.tmp-{}-{}",
         name.to_string_lossy(),
         pid,
-        crate::compute::new_uid()
+        TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let result = (|| -> std::io::Result<()> {
         {
@@ -336,6 +336,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Numbers the temporary files of [`write_atomic`] within a process, so
+/// that concurrent writers never share one.
+static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Reads a whole file.
 pub fn read_file(path: &Path) -> Result<Vec<u8>> {

@@ -15,54 +15,29 @@
 //! is flat PQ: the one centroid is the mean of the training vectors, so the
 //! codes quantise each vector's offset from it and every query scans them all.
 
-use crate::compute::{BaseRef, Compute, InvList, InvertedRef, Metric, Probe, StoreRef, default_compute, new_uid};
+use crate::backend::default_compute;
+use crate::codebook::PqCodes;
+use crate::compute::{Compute, Metric};
 use crate::error::{Error, Result};
 use crate::fastscan::{checked_packed_len, pack_entry, unpack_entry};
 use crate::index::{Index, check_search, clamp_k};
 use crate::io::{IndexKind, Reader, Writer, open, read_file, write_atomic};
 use crate::kmeans::{Init, KMeans, KMeansConfig};
+use crate::layout::{Floats, Panels, RowMajor};
 use crate::opq::{OpqConfig, OpqRotation};
 use crate::pq::{PqTrainConfig, ProductQuantizer, ksub_for};
 use crate::rows::RowTable;
-use crate::simd::{Floats, Panels, RowMajor};
 use crate::topk::{Cand, Hit};
+use crate::views::{BaseRef, InvList, InvertedRef, Probe, StoreRef, new_uid};
+// The scan's views live in `views` (the compute interface reads them); the
+// index hands them out ([`IvfPqIndex::parts`], [`IvfPqIndex::plan`]).
 use crate::vector::{Bitset, Precision, batch_len, check_add, normalized};
+pub use crate::views::{IvfParts, IvfPlan};
 use std::path::Path;
 use std::sync::Arc;
 
 /// Largest number of inverted lists an index accepts.
 pub const MAX_NLIST: usize = 1 << 22;
-
-/// How residuals are coded and scanned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PqCodes {
-    /// 8-bit codes (256 centroids per sub-quantizer, `m` bytes per vector),
-    /// scanned with float lookup tables.
-    #[default]
-    Pq8,
-    /// 4-bit codes (16 centroids per sub-quantizer, `m/2` bytes per vector)
-    /// packed in blocks of 32 and scanned with u8 tables held in SIMD
-    /// registers (fast-scan, [`crate::fastscan`]); meant to be followed by
-    /// exact re-ranking. Files of this width are [`IndexKind::FastScan`].
-    FastScan4,
-}
-
-impl PqCodes {
-    /// Bits per code.
-    pub fn bits(self) -> u32 {
-        match self {
-            PqCodes::Pq8 => 8,
-            PqCodes::FastScan4 => 4,
-        }
-    }
-    /// The file kind an index of this width is saved as.
-    pub fn kind(self) -> IndexKind {
-        match self {
-            PqCodes::Pq8 => IndexKind::IvfPq,
-            PqCodes::FastScan4 => IndexKind::FastScan,
-        }
-    }
-}
 
 /// Build settings of an [`IvfPqIndex`].
 #[derive(Debug, Clone)]
@@ -166,83 +141,14 @@ pub struct IvfSearchParams {
     pub rerank: usize,
 }
 
-/// A search after its first stage ([`IvfPqIndex::plan`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct IvfPlan {
-    /// The L2-normalised queries (re-ranking scores against them).
-    pub queries: Vec<f32>,
-    /// The queries in the quantizers' space (rotated when OPQ is on).
-    pub rotated: Vec<f32>,
-    /// Each query's probed lists with their coarse scores.
-    pub probes: Vec<Vec<Probe>>,
-    /// Candidates the scan keeps per query (`k × rerank`, or `k`; at most
-    /// the live count).
-    pub shortlist: usize,
-    /// Results per query: the `k` asked for, clamped to the live count (the
-    /// `k` rule of [`Index::search`]); re-rank and finish with this one.
-    pub k: usize,
-    /// Whether the shortlist is re-ranked exactly.
-    pub rerank: bool,
-}
-
-impl IvfPlan {
-    /// The rows of each query's scan candidates (the input of re-ranking).
-    pub fn rows(cands: &[Vec<Cand>]) -> Vec<Vec<u32>> {
-        cands.iter().map(|v| v.iter().map(|c| c.row).collect()).collect()
-    }
-
-    /// The final hits: the best `k` candidates of each query.
-    pub fn finish(cands: Vec<Vec<Cand>>, k: usize) -> Vec<Vec<Hit>> {
-        cands
-            .into_iter()
-            .map(|v| v.iter().take(k).map(|c| c.hit()).collect())
-            .collect()
-    }
-}
-
-/// What the scan ([`Compute::adc_top_k`] for 8-bit codes,
-/// [`Compute::fastscan_top_k`] for 4-bit ones) and the re-ranking
-/// ([`Compute::rerank`]) of an IVF-PQ search read.
-#[derive(Debug, Clone, Copy)]
-pub struct IvfParts<'a> {
-    /// The code width, which decides the scan and the lists' layout.
-    pub codes: PqCodes,
-    /// The product quantizer (its codebooks make the lookup tables).
-    pub pq: &'a ProductQuantizer,
-    /// The inverted lists.
-    pub lists: InvertedRef<'a>,
-    /// Caller id of every row.
-    pub ids: &'a [u64],
-    /// Live rows.
-    pub alive: &'a Bitset,
-    /// The re-rank store, when the index keeps one.
-    pub store: Option<StoreRef<'a>>,
-}
-
 impl IvfParts<'_> {
     /// The scan of a planned search on `compute`: the ADC scan or the
     /// fast-scan, whichever the code width needs; `plan.shortlist`
     /// candidates per query.
     pub fn scan(&self, compute: &dyn Compute, plan: &IvfPlan) -> Result<Vec<Vec<Cand>>> {
         match self.codes {
-            PqCodes::Pq8 => Ok(compute.adc_top_k(
-                &plan.rotated,
-                self.pq,
-                self.lists,
-                &plan.probes,
-                self.ids,
-                self.alive,
-                plan.shortlist,
-            )),
-            PqCodes::FastScan4 => compute.fastscan_top_k(
-                &plan.rotated,
-                self.pq,
-                self.lists,
-                &plan.probes,
-                self.ids,
-                self.alive,
-                plan.shortlist,
-            ),
+            PqCodes::Pq8 => Ok(compute.adc_top_k(self, plan)),
+            PqCodes::FastScan4 => compute.fastscan_top_k(self, plan),
         }
     }
 }
@@ -561,7 +467,7 @@ impl IvfPqIndex {
         let t = self.trained()?;
         Ok(IvfParts {
             codes: self.cfg.codes,
-            pq: &t.pq,
+            books: t.pq.books(),
             lists: self.inverted(),
             ids: &self.rows.ids,
             alive: &self.rows.alive,

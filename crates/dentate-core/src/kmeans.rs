@@ -3,8 +3,8 @@
 
 use crate::compute::{Compute, Metric};
 use crate::error::{Error, Result};
+use crate::layout::Panels;
 use crate::rng::Rng;
-use crate::simd::Panels;
 use crate::vector::{Precision, batch_len};
 
 /// How initial centroids are picked.

@@ -12,14 +12,20 @@
 //!   ([`SalienceParams`], [`Index::prune_lowest`]).
 //! - Crash-safe, checksummed files ([`io`]).
 //!
-//! Every hot kernel runs through the [`Compute`] trait; [`CpuCompute`] is the
-//! CPU implementation (rayon + SIMD chosen at run time).
+//! Every hot kernel runs through the [`Compute`] trait ([`compute`]), which
+//! reads borrowed views of the data ([`views`], [`Codebooks`]);
+//! [`CpuCompute`] ([`cpu`]) is the CPU implementation (rayon + SIMD chosen
+//! at run time, [`simd`]) over the row layouts of [`layout`].
 //!
 //! Cosine similarity is computed as an inner product of L2-normalised
 //! vectors: indexes normalise on insert and on query.
 #![warn(missing_docs)]
 
+mod any_index;
+pub mod backend;
+pub mod codebook;
 pub mod compute;
+pub mod cpu;
 pub mod data;
 pub mod error;
 pub mod fastscan;
@@ -29,6 +35,7 @@ pub mod index;
 pub mod io;
 pub mod ivfpq;
 pub mod kmeans;
+pub mod layout;
 pub mod lexical;
 pub mod opq;
 pub mod pq;
@@ -39,17 +46,21 @@ pub mod simd;
 pub mod topk;
 pub mod tune;
 pub mod vector;
+pub mod views;
 
-pub use compute::{
-    BaseRef, Compute, CpuCompute, InvList, InvertedRef, Metric, Probe, StoreRef, default_compute, set_default_compute,
-};
+pub use any_index::AnyIndex;
+pub use backend::{default_compute, set_default_compute};
+pub use codebook::{Codebooks, PqCodes};
+pub use compute::{AsyncCompute, Compute, Metric};
+pub use cpu::CpuCompute;
 pub use error::{Error, Result};
 pub use flat::FlatIndex;
 pub use hybrid::{DEFAULT_FUSION, Fusion, candidate_depth, fuse, hybrid_search};
-pub use index::{AnyIndex, Index};
+pub use index::Index;
 pub use io::IndexKind;
-pub use ivfpq::{IvfParts, IvfPlan, IvfPqConfig, IvfPqIndex, IvfSearchParams, PqCodes};
+pub use ivfpq::{IvfPqConfig, IvfPqIndex, IvfSearchParams};
 pub use kmeans::{ChooseK, Init, KMeans, KMeansConfig, choose_k, silhouette};
+pub use layout::{Floats, Panels, RowMajor};
 pub use lexical::{Bm25Params, LexicalIndex};
 pub use opq::{OpqConfig, OpqRotation};
 pub use pq::{PqTrainConfig, ProductQuantizer};
@@ -58,3 +69,4 @@ pub use simd::Isa;
 pub use topk::{Cand, Hit, Reservoir, TopK};
 pub use tune::{TuneConfig, TuneOutcome, TuneTrial, tune_fastscan};
 pub use vector::{Bitset, Precision};
+pub use views::{BaseRef, InvList, InvertedRef, IvfParts, IvfPlan, Probe, StoreRef};

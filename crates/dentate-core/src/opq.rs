@@ -8,9 +8,9 @@
 
 use crate::compute::Compute;
 use crate::error::{Error, Result};
+use crate::layout::Panels;
 use crate::pq::{PqTrainConfig, ProductQuantizer, check_m, sample_rows};
 use crate::rng::Rng;
-use crate::simd::Panels;
 use crate::vector::{Precision, batch_len};
 use faer::Mat;
 

@@ -1,11 +1,12 @@
 //! Product quantization: `m` sub-quantizers of 256 centroids (8-bit codes)
 //! or 16 centroids (4-bit codes, scanned by [`crate::fastscan`]).
 
+use crate::codebook::Codebooks;
 use crate::compute::{Compute, Metric};
 use crate::error::{Error, Result};
 use crate::kmeans::{KMeans, KMeansConfig, gather};
+use crate::layout::Panels;
 use crate::rng::Rng;
-use crate::simd::Panels;
 use crate::vector::{Precision, batch_len};
 use rayon::prelude::*;
 
@@ -190,13 +191,17 @@ impl ProductQuantizer {
     /// The lookup table of one query, written into `table` (`m × ksub`).
     /// Search builds it per query in a reused buffer that stays in cache.
     pub fn table_into(&self, query: &[f32], table: &mut [f32]) {
-        let isa = crate::simd::Isa::active();
-        for (j, (tj, qj)) in table
-            .chunks_exact_mut(self.ksub)
-            .zip(query.chunks_exact(self.dsub()))
-            .enumerate()
-        {
-            crate::simd::panel_dots(isa, qj, &self.panels[j], tj);
+        self.books().table_into(query, table)
+    }
+
+    /// The codebooks as the compute interface reads them.
+    pub fn books(&self) -> Codebooks<'_> {
+        Codebooks {
+            dim: self.dim,
+            m: self.m,
+            ksub: self.ksub,
+            flat: &self.codebooks,
+            panels: &self.panels,
         }
     }
 

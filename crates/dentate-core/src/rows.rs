@@ -5,11 +5,12 @@
 //! alive bit (O(1)); scans skip dead rows; `compact` drops them and bumps
 //! the epoch so backend caches know the rows moved.
 
-use crate::compute::{Compute, new_uid};
+use crate::compute::Compute;
 use crate::error::{Error, Result};
 use crate::io::{Reader, Writer};
 use crate::salience::{SalienceLog, SalienceParams};
 use crate::vector::Bitset;
+use crate::views::new_uid;
 use std::collections::HashMap;
 
 /// The entries of `v` whose row survives a compaction (`map[row] !=

@@ -2,12 +2,12 @@
 //! data and prints where they differ and what fell back to the CPU (a quick
 //! check of a new adapter or driver: `cargo run --release -p dentate-gpu
 //! --example gpu_check`).
-use dentate_core::compute::{BaseRef, Compute, CpuCompute};
 use dentate_core::rng::Rng;
-use dentate_core::simd::{Panels, RowMajor};
+use dentate_core::{BaseRef, Compute, CpuCompute};
 use dentate_core::{
     Bitset, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Metric, Precision, SalienceParams, StoreRef,
 };
+use dentate_core::{Panels, RowMajor};
 use dentate_gpu::{GpuCompute, GpuOptions};
 use std::sync::Arc;
 

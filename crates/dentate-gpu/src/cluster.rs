@@ -1,11 +1,11 @@
 //! k-means centroid update and silhouette distance sums on the device
-//! (`shaders/kmeans.wgsl`).
+//! (`shaders/cluster.wgsl`).
 
 use crate::GpuState;
 use crate::device::{wgsl, words};
 use crate::error::{GpuError, Result};
 use dentate_core::Metric;
-use dentate_core::simd::Panels;
+use dentate_core::Panels;
 
 impl GpuState {
     /// Per-cluster sums of the points and counts.
@@ -32,7 +32,7 @@ impl GpuState {
         }
         let pipe = gpu
             .pipeline(
-                wgsl::KMEANS,
+                wgsl::CLUSTER,
                 "cluster_sums",
                 &[("CB", format!("{cb}u")), ("DC", format!("{dc}u"))],
                 &[],
@@ -85,7 +85,7 @@ impl GpuState {
         }
         let pipe = gpu
             .pipeline(
-                wgsl::KMEANS,
+                wgsl::CLUSTER,
                 "distance_sums",
                 &[("CB", "1u".into()), ("DC", "1u".into())],
                 &[],

@@ -15,7 +15,7 @@ pub(crate) mod wgsl {
         include_str!("../../../shaders/topk.wgsl")
     );
     /// k-means centroid update, silhouette distance sums.
-    pub const KMEANS: &str = include_str!("../../../shaders/kmeans.wgsl");
+    pub const CLUSTER: &str = include_str!("../../../shaders/cluster.wgsl");
     /// PQ tables, ADC scan, exact re-ranking.
     pub const PQ: &str = concat!(
         include_str!("../../../shaders/common.wgsl"),

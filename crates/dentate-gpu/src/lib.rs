@@ -12,8 +12,8 @@
 //! |---|---|---|
 //! | `top_k`, `assign` | register-tiled panel GEMM + fused heap | `topk.wgsl` `scan` (per-thread top-K) + `merge` passes |
 //! | `matmul_nt` | panel GEMM tiles | `topk.wgsl` `scores` |
-//! | `cluster_sums` | chunked sums in chunk order | `kmeans.wgsl` `cluster_sums` (one owner per sum, point order) |
-//! | `cluster_distance_sums` | Gram tiles | `kmeans.wgsl` `distance_sums` |
+//! | `cluster_sums` | chunked sums in chunk order | `cluster.wgsl` `cluster_sums` (one owner per sum, point order) |
+//! | `cluster_distance_sums` | Gram tiles | `cluster.wgsl` `distance_sums` |
 //! | `adc_top_k` | per-query table + unrolled scan | `pq.wgsl` `adc` (table in workgroup memory) + `merge` |
 //! | `fastscan_top_k` | u8 tables, SIMD byte shuffles over blocks of 32 | `pq.wgsl` `fastscan` (the host's u8 tables in workgroup memory, the same blocks, exact u32 sums) + `merge` |
 //! | `rerank` | f16/f32 dot per candidate | `pq.wgsl` `rerank` + `merge` |
@@ -57,12 +57,10 @@ pub use device::AdapterReport;
 pub use error::{GpuError, Result};
 pub use topk::MAX_K;
 
-use dentate_core::pq::ProductQuantizer;
 use dentate_core::salience::SalienceParams;
-use dentate_core::simd::Panels;
 use dentate_core::topk::Cand;
 use dentate_core::vector::Bitset;
-use dentate_core::{BaseRef, Compute, CpuCompute, InvertedRef, Metric, Probe, StoreRef};
+use dentate_core::{AsyncCompute, BaseRef, Compute, CpuCompute, IvfParts, IvfPlan, Metric, Panels, StoreRef};
 use resident::{Lru, ResidentBase, ResidentIds, ResidentLists, ResidentStore};
 #[cfg(not(target_arch = "wasm32"))]
 use std::sync::Arc;
@@ -212,9 +210,6 @@ impl std::fmt::Debug for GpuCompute {
     }
 }
 
-// The `_async` methods hold the state's lock across awaits on purpose (see
-// `on_gpu!`): it serialises use of the device; nothing else awaits it.
-#[allow(clippy::await_holding_lock)]
 impl GpuCompute {
     /// Opens the best adapter: only a discrete or integrated GPU unless
     /// `allow_software`, which also takes virtual and software adapters.
@@ -295,9 +290,16 @@ impl GpuCompute {
             }
         }
     }
+}
 
+/// The compute interface without blocking: the kernels themselves (the
+/// browser's WebGPU path calls these; natively [`Compute`] blocks on them).
+// The methods hold the state's lock across awaits on purpose (see
+// `on_gpu!`): it serialises use of the device; nothing else awaits it.
+#[allow(clippy::await_holding_lock)]
+impl AsyncCompute for GpuCompute {
     /// [`Compute::top_k`] without blocking (the browser's WebGPU path).
-    pub async fn top_k_async(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>> {
+    async fn top_k_async(&self, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>> {
         let d = base.panels.dim();
         if d == 0 || queries.len() < d {
             return Vec::new();
@@ -313,7 +315,7 @@ impl GpuCompute {
     }
 
     /// [`Compute::matmul_nt`] without blocking.
-    pub async fn matmul_nt_async(&self, a: &[f32], b: &Panels) -> Vec<f32> {
+    async fn matmul_nt_async(&self, a: &[f32], b: &Panels) -> Vec<f32> {
         if b.dim() == 0 || b.is_empty() || a.len() < b.dim() {
             return Vec::new();
         }
@@ -322,13 +324,7 @@ impl GpuCompute {
     }
 
     /// [`Compute::cluster_sums`] without blocking.
-    pub async fn cluster_sums_async(
-        &self,
-        points: &[f32],
-        dim: usize,
-        assign: &[u32],
-        k: usize,
-    ) -> (Vec<f32>, Vec<u32>) {
+    async fn cluster_sums_async(&self, points: &[f32], dim: usize, assign: &[u32], k: usize) -> (Vec<f32>, Vec<u32>) {
         if dim == 0 || k == 0 {
             return (vec![0.0; k * dim], vec![0; k]);
         }
@@ -337,13 +333,7 @@ impl GpuCompute {
     }
 
     /// [`Compute::cluster_distance_sums`] without blocking.
-    pub async fn cluster_distance_sums_async(
-        &self,
-        points: &Panels,
-        labels: &[u32],
-        k: usize,
-        metric: Metric,
-    ) -> Vec<f32> {
+    async fn cluster_distance_sums_async(&self, points: &Panels, labels: &[u32], k: usize, metric: Metric) -> Vec<f32> {
         if points.is_empty() || points.dim() == 0 || k == 0 {
             return Vec::new();
         }
@@ -356,62 +346,34 @@ impl GpuCompute {
     }
 
     /// [`Compute::adc_top_k`] without blocking.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn adc_top_k_async(
-        &self,
-        queries: &[f32],
-        pq: &ProductQuantizer,
-        lists: InvertedRef<'_>,
-        probes: &[Vec<Probe>],
-        ids: &[u64],
-        alive: &Bitset,
-        k: usize,
-    ) -> Vec<Vec<Cand>> {
-        if probes.is_empty() || k == 0 {
-            return vec![Vec::new(); probes.len()];
+    async fn adc_top_k_async(&self, parts: &IvfParts<'_>, plan: &IvfPlan) -> Vec<Vec<Cand>> {
+        if plan.probes.is_empty() || plan.shortlist == 0 {
+            return vec![Vec::new(); plan.probes.len()];
         }
-        let k = k.min(ids.len());
-        on_gpu!(
-            self,
-            "adc_top_k",
-            |s| s.adc_top_k(queries, pq, &lists, probes, ids, alive, k),
-            |c| c.adc_top_k(queries, pq, lists, probes, ids, alive, k)
-        )
+        let k = plan.shortlist.min(parts.ids.len());
+        on_gpu!(self, "adc_top_k", |s| s.adc_top_k(parts, plan, k), |c| c
+            .adc_top_k(parts, plan))
     }
 
     /// [`Compute::fastscan_top_k`] without blocking. The tables are
     /// quantised on the host (the same bytes the CPU sums); errors are the
     /// CPU's (a PQ without 16 centroids, a non-finite query).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn fastscan_top_k_async(
-        &self,
-        queries: &[f32],
-        pq: &ProductQuantizer,
-        lists: InvertedRef<'_>,
-        probes: &[Vec<Probe>],
-        ids: &[u64],
-        alive: &Bitset,
-        k: usize,
-    ) -> dentate_core::Result<Vec<Vec<Cand>>> {
-        let tables = dentate_core::fastscan::query_tables(queries, pq)?;
-        if probes.is_empty() || k == 0 {
-            return Ok(vec![Vec::new(); probes.len().min(tables.len())]);
+    async fn fastscan_top_k_async(&self, parts: &IvfParts<'_>, plan: &IvfPlan) -> dentate_core::Result<Vec<Vec<Cand>>> {
+        let tables = dentate_core::fastscan::query_tables(&plan.rotated, parts.books)?;
+        if plan.probes.is_empty() || plan.shortlist == 0 {
+            return Ok(vec![Vec::new(); plan.probes.len().min(tables.len())]);
         }
-        let k = k.min(ids.len());
+        let k = plan.shortlist.min(parts.ids.len());
         on_gpu!(
             self,
             "fastscan_top_k",
-            |s| async {
-                s.fastscan_top_k(&tables, pq.m(), &lists, probes, ids, alive, k)
-                    .await
-                    .map(Ok)
-            },
-            |c| c.fastscan_top_k(queries, pq, lists, probes, ids, alive, k)
+            |s| async { s.fastscan_top_k(&tables, parts, plan, k).await.map(Ok) },
+            |c| c.fastscan_top_k(parts, plan)
         )
     }
 
     /// [`Compute::rerank`] without blocking.
-    pub async fn rerank_async(
+    async fn rerank_async(
         &self,
         queries: &[f32],
         store: StoreRef<'_>,
@@ -428,7 +390,7 @@ impl GpuCompute {
     }
 
     /// [`Compute::salience`] without blocking.
-    pub async fn salience_async(&self, added: &[u64], last: &[u64], now: u64, params: &SalienceParams) -> Vec<f32> {
+    async fn salience_async(&self, added: &[u64], last: &[u64], now: u64, params: &SalienceParams) -> Vec<f32> {
         if added.is_empty() {
             return Vec::new();
         }
@@ -437,7 +399,7 @@ impl GpuCompute {
     }
 
     /// [`Compute::lowest`] without blocking.
-    pub async fn lowest_async(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
+    async fn lowest_async(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
         if count == 0 || scores.is_empty() {
             return Vec::new();
         }
@@ -470,30 +432,16 @@ impl Compute for GpuCompute {
         pollster::block_on(self.cluster_distance_sums_async(points, labels, k, metric))
     }
 
-    fn adc_top_k(
-        &self,
-        queries: &[f32],
-        pq: &ProductQuantizer,
-        lists: InvertedRef<'_>,
-        probes: &[Vec<Probe>],
-        ids: &[u64],
-        alive: &Bitset,
-        k: usize,
-    ) -> Vec<Vec<Cand>> {
-        pollster::block_on(self.adc_top_k_async(queries, pq, lists, probes, ids, alive, k))
+    fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
+        pollster::block_on(self.assign_async(points, centroids, metric))
     }
 
-    fn fastscan_top_k(
-        &self,
-        queries: &[f32],
-        pq: &ProductQuantizer,
-        lists: InvertedRef<'_>,
-        probes: &[Vec<Probe>],
-        ids: &[u64],
-        alive: &Bitset,
-        k: usize,
-    ) -> dentate_core::Result<Vec<Vec<Cand>>> {
-        pollster::block_on(self.fastscan_top_k_async(queries, pq, lists, probes, ids, alive, k))
+    fn adc_top_k(&self, parts: &IvfParts<'_>, plan: &IvfPlan) -> Vec<Vec<Cand>> {
+        pollster::block_on(self.adc_top_k_async(parts, plan))
+    }
+
+    fn fastscan_top_k(&self, parts: &IvfParts<'_>, plan: &IvfPlan) -> dentate_core::Result<Vec<Vec<Cand>>> {
+        pollster::block_on(self.fastscan_top_k_async(parts, plan))
     }
 
     fn rerank(

@@ -7,10 +7,8 @@ use crate::error::{GpuError, Result};
 use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore};
 use crate::topk::{CAND_BYTES, finish_batch, slots};
 use dentate_core::fastscan::{QuantizedTables, padded_m};
-use dentate_core::pq::ProductQuantizer;
 use dentate_core::topk::Cand;
-use dentate_core::vector::Bitset;
-use dentate_core::{InvertedRef, Probe, StoreRef};
+use dentate_core::{Codebooks, IvfParts, IvfPlan, Probe, StoreRef};
 
 /// Threads per workgroup of the ADC and re-rank kernels (one list each).
 const WG: usize = 256;
@@ -97,8 +95,8 @@ impl GpuState {
         Ok(r.buffer().cloned().unwrap_or_else(|| gpu.zeroed("ids", 16)))
     }
 
-    fn codebooks(&mut self, pq: &ProductQuantizer) -> wgpu::Buffer {
-        let books = pq.codebooks();
+    fn codebooks(&mut self, books: Codebooks<'_>) -> wgpu::Buffer {
+        let books = books.flat();
         if let Some((host, buf)) = &self.books
             && host.as_slice() == books
         {
@@ -109,18 +107,11 @@ impl GpuState {
         buf
     }
 
-    /// The ADC scan with per-query tables and a device top-k.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn adc_top_k(
-        &mut self,
-        queries: &[f32],
-        pq: &ProductQuantizer,
-        lists: &InvertedRef<'_>,
-        probes: &[Vec<Probe>],
-        ids: &[u64],
-        alive: &Bitset,
-        k: usize,
-    ) -> Result<Vec<Vec<Cand>>> {
+    /// The ADC scan with per-query tables and a device top-k of `k` (the
+    /// plan's shortlist, clamped by the caller).
+    pub(crate) async fn adc_top_k(&mut self, parts: &IvfParts<'_>, plan: &IvfPlan, k: usize) -> Result<Vec<Vec<Cand>>> {
+        let (queries, probes, lists, ids, alive) = (&plan.rotated, &plan.probes, &parts.lists, parts.ids, parts.alive);
+        let pq = parts.books;
         let kk = slots(k)?;
         let (m, d) = (pq.m(), pq.dim());
         let nq = probes.len();
@@ -194,18 +185,16 @@ impl GpuState {
 
     /// The 4-bit fast-scan with the host's quantised tables (`tables[q]`
     /// for query `q`, from `dentate_core::fastscan::query_tables`) and a
-    /// device top-k.
-    #[allow(clippy::too_many_arguments)]
+    /// device top-k of `k` (the plan's shortlist, clamped by the caller).
     pub(crate) async fn fastscan_top_k(
         &mut self,
         tables: &[QuantizedTables],
-        m: usize,
-        lists: &InvertedRef<'_>,
-        probes: &[Vec<Probe>],
-        ids: &[u64],
-        alive: &Bitset,
+        parts: &IvfParts<'_>,
+        plan: &IvfPlan,
         k: usize,
     ) -> Result<Vec<Vec<Cand>>> {
+        let (probes, lists, ids, alive) = (&plan.probes, &parts.lists, parts.ids, parts.alive);
+        let m = parts.books.m();
         let kk = slots(k)?;
         let m2 = padded_m(m);
         let fw = 4 * m2;

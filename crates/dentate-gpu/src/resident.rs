@@ -6,8 +6,9 @@
 
 use crate::device::Gpu;
 use crate::error::{GpuError, Result};
+use dentate_core::Floats;
 use dentate_core::fastscan::{BLOCK, block_bytes};
-use dentate_core::simd::{Floats, PANEL};
+use dentate_core::simd::PANEL;
 use dentate_core::{BaseRef, InvertedRef, StoreRef};
 
 /// Rows of `row_bytes` bytes in chunks of at most `chunk_rows` rows; each

@@ -1,0 +1,226 @@
+//! Exact top-k and the products behind it (`shaders/topk.wgsl`,
+//! `dentate-gpu/src/topk.rs` on the GPU): the panel tile kernel
+//! ([`crate::layout::tile_scores`]) with a fused heap per query.
+
+use super::CpuCompute;
+use crate::compute::{Metric, assign_by_top_k, l2_bias};
+use crate::layout::{Panels, argmax_rows, tile_scores};
+use crate::simd::{Isa, PANEL};
+use crate::topk::{Cand, Reservoir};
+use crate::views::BaseRef;
+use rayon::prelude::*;
+
+/// Queries per block: a multiple of the kernel's 6-row register tile.
+pub(super) const QB: usize = 48;
+/// Panels per block (256 rows): a block of base rows stays in L2 while every
+/// query of the block passes over it.
+const PB: usize = 16;
+
+/// Runs the tile kernel for the `nq` row-major queries `q` over panels
+/// `p_lo..p_hi`, [`PB`] panels at a time, and hands each block to
+/// `visit(row0, valid, tile, width)`: `tile[r * width + c]` is the score
+/// of query `r` with row `row0 + c`, for `c < valid`.
+pub(super) fn for_each_tile(
+    isa: Isa,
+    q: &[f32],
+    nq: usize,
+    panels: &Panels,
+    (p_lo, p_hi): (usize, usize),
+    mut visit: impl FnMut(usize, usize, &mut [f32], usize),
+) {
+    let n = panels.len();
+    let mut tile = vec![0f32; nq * PB * PANEL];
+    let mut scratch = Vec::new();
+    let mut p = p_lo;
+    while p < p_hi {
+        let np = (p_hi - p).min(PB);
+        let width = np * PANEL;
+        tile_scores(isa, q, nq, panels, p, np, &mut tile, &mut scratch);
+        let row0 = p * PANEL;
+        visit(row0, (n - row0).min(width), &mut tile, width);
+        p += np;
+    }
+}
+
+/// Scans the `heaps.len()` queries from `q0` against panels `p_lo..p_hi`
+/// into `heaps`.
+fn scan_block(
+    isa: Isa,
+    queries: &[f32],
+    q0: usize,
+    base: &BaseRef<'_>,
+    panels: (usize, usize),
+    heaps: &mut [Reservoir],
+) {
+    let d = base.panels.dim();
+    let nq = heaps.len();
+    let qs = &queries[q0 * d..(q0 + nq) * d];
+    for_each_tile(isa, qs, nq, base.panels, panels, |row0, valid, out, width| {
+        for (qi, heap) in heaps.iter_mut().enumerate() {
+            let scores = &mut out[qi * width..qi * width + valid];
+            if let Some(bias) = base.bias {
+                for (s, b) in scores.iter_mut().zip(&bias[row0..row0 + valid]) {
+                    *s += b;
+                }
+            }
+            let mut thr = heap.threshold();
+            for (ci, chunk) in scores.chunks(PANEL).enumerate() {
+                // Most chunks hold nothing above the k-th best: one
+                // vectorised test rejects them without per-score branches.
+                if !any_ge(chunk, thr) {
+                    continue;
+                }
+                for (c, &s) in chunk.iter().enumerate() {
+                    if s >= thr {
+                        let row = row0 + ci * PANEL + c;
+                        if base.alive.is_none_or(|a| a.get(row)) {
+                            heap.push(Cand {
+                                score: s,
+                                id: base.id(row),
+                                row: row as u32,
+                            });
+                            thr = heap.threshold();
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// [`crate::Compute::top_k`].
+pub(super) fn top_k(isa: Isa, queries: &[f32], base: BaseRef<'_>, k: usize) -> Vec<Vec<Cand>> {
+    let d = base.panels.dim();
+    if d == 0 {
+        return Vec::new();
+    }
+    let nq = queries.len() / d;
+    let np = base.panels.panels();
+    // No query gets more than every row.
+    let k = k.min(base.panels.len());
+    if nq == 0 {
+        return Vec::new();
+    }
+    if np == 0 || k == 0 {
+        return vec![Vec::new(); nq];
+    }
+    if k == 1 && d <= 32 && base.ids.is_none() && base.alive.is_none() {
+        // Nearest-centroid at small dimension (k-means, PQ): fused kernel.
+        let chunk = 1024;
+        return queries
+            .par_chunks(chunk * d)
+            .map(|q| argmax_rows(isa, q, base.panels, base.bias))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .flat_map(|(r, s)| r.into_iter().zip(s))
+            .map(|(row, score)| {
+                vec![Cand {
+                    score,
+                    id: row as u64,
+                    row,
+                }]
+            })
+            .collect();
+    }
+    let qblocks = nq.div_ceil(QB);
+    let threads = rayon::current_num_threads().max(1);
+    // Enough tasks to keep every thread busy: split the base when there
+    // are few query blocks (the single-query latency case).
+    let splits = if qblocks >= 2 * threads {
+        1
+    } else {
+        (2 * threads).div_ceil(qblocks).min(np.div_ceil(4)).max(1)
+    };
+    let per_split = np.div_ceil(splits);
+    let scan = |qb: usize, s: usize| -> Vec<Reservoir> {
+        let q0 = qb * QB;
+        let nqb = (nq - q0).min(QB);
+        let mut heaps = vec![Reservoir::new(k); nqb];
+        let lo = s * per_split;
+        let hi = ((s + 1) * per_split).min(np);
+        if lo < hi {
+            scan_block(isa, queries, q0, &base, (lo, hi), &mut heaps);
+        }
+        heaps
+    };
+    if splits == 1 {
+        // Each task sees the whole base: its lists are final, so they
+        // are sorted in the task (in parallel) and nothing is merged.
+        let blocks: Vec<Vec<Vec<Cand>>> = (0..qblocks)
+            .into_par_iter()
+            .map(|qb| scan(qb, 0).into_iter().map(Reservoir::into_sorted).collect())
+            .collect();
+        return blocks.into_iter().flatten().collect();
+    }
+    let tasks: Vec<(usize, usize)> = (0..qblocks).flat_map(|qb| (0..splits).map(move |s| (qb, s))).collect();
+    let partial: Vec<(usize, Vec<Reservoir>)> = tasks.into_par_iter().map(|(qb, s)| (qb, scan(qb, s))).collect();
+    let mut merged: Vec<Reservoir> = vec![Reservoir::new(k); nq];
+    for (qb, heaps) in partial {
+        for (i, h) in heaps.into_iter().enumerate() {
+            merged[qb * QB + i].merge(h);
+        }
+    }
+    merged.into_par_iter().map(Reservoir::into_sorted).collect()
+}
+
+/// [`crate::Compute::assign`].
+pub(super) fn assign(cpu: &CpuCompute, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
+    let d = centroids.dim();
+    if d == 0 || d > 32 {
+        return assign_by_top_k(cpu, points, centroids, metric);
+    }
+    // Small dimension (PQ sub-spaces, k-means on them): the fused argmax
+    // kernel straight into two flat vectors, with no per-point candidate
+    // lists (allocating one per point cost more than the arithmetic for
+    // 16-centroid codebooks).
+    let bias = l2_bias(centroids, metric);
+    let parts: Vec<(Vec<u32>, Vec<f32>)> = points
+        .par_chunks(1024 * d)
+        .map(|q| argmax_rows(cpu.isa(), q, centroids, bias.as_deref()))
+        .collect();
+    let mut rows = Vec::with_capacity(points.len() / d);
+    let mut scores = Vec::with_capacity(points.len() / d);
+    for (r, s) in parts {
+        rows.extend(r);
+        scores.extend(s);
+    }
+    (rows, scores)
+}
+
+/// [`crate::Compute::matmul_nt`].
+pub(super) fn matmul_nt(isa: Isa, a: &[f32], b: &Panels) -> Vec<f32> {
+    let d = b.dim();
+    let nb = b.len();
+    if d == 0 || nb == 0 {
+        return Vec::new();
+    }
+    let mut out = vec![0f32; a.len() / d * nb];
+    out.par_chunks_mut(QB * nb).enumerate().for_each(|(blk, chunk)| {
+        let q0 = blk * QB;
+        let nq = chunk.len() / nb;
+        for_each_tile(
+            isa,
+            &a[q0 * d..(q0 + nq) * d],
+            nq,
+            b,
+            (0, b.panels()),
+            |c0, valid, tile, width| {
+                for r in 0..nq {
+                    chunk[r * nb + c0..r * nb + c0 + valid].copy_from_slice(&tile[r * width..r * width + valid]);
+                }
+            },
+        );
+    });
+    out
+}
+
+/// True when some score reaches `thr`. Branch-free, so it vectorises (a
+/// `max` fold would be a serial dependency chain).
+#[inline]
+fn any_ge(chunk: &[f32], thr: f32) -> bool {
+    let mut hit = false;
+    for &x in chunk {
+        hit |= x >= thr;
+    }
+    hit
+}

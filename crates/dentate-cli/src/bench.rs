@@ -1,6 +1,6 @@
 //! `dentate bench`: recall@k, QPS, build time and bytes per vector.
 
-use crate::commands::{build_index, load_truth, parse_list, read_matrix, timed_best};
+use crate::shared::{IndexSpec, build_index, load_truth, parse_list, read_matrix, thread_pool, timed_best};
 use clap::Args;
 use dentate_core::data::recall_at_k;
 use dentate_core::{Index, IvfSearchParams, Precision};
@@ -62,7 +62,7 @@ pub struct BenchArgs {
 
 /// Runs the benchmark.
 pub fn run(a: &BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let (pool, threads) = crate::commands::thread_pool(a.threads)?;
+    let (pool, threads) = thread_pool(a.threads)?;
     pool.install(|| run_in_pool(a, threads).map_err(|e| e.to_string()))?;
     Ok(())
 }
@@ -85,7 +85,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         parse_list(&a.nprobe, "nprobe")?
     };
     let reranks = parse_list(&a.rerank, "rerank")?;
-    let spec = crate::commands::IndexSpec {
+    let spec = IndexSpec {
         kind: a.index.clone(),
         nlist: a.nlist,
         m: a.m,

@@ -1,65 +1,12 @@
 //! `dentate embed`, `dentate model fetch`, `dentate data rustdocs`.
 
-use crate::commands::load_truth;
+use crate::shared::{EmbedderArgs, Res, embed_all, load_truth, make_embedder};
 use clap::{Args, Subcommand};
 use dentate_core::data::{Matrix, write_fvecs, write_ivecs};
 use dentate_core::rng::Rng;
-use dentate_embed::{Embedder, HashingEmbedder, MiniLm, OpenAiConfig, OpenAiEmbedder, cache_dir, fetch_minilm};
+use dentate_embed::{Embedder, MiniLm, cache_dir, fetch_minilm};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
-
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// Which embedder, and how to reach it.
-#[derive(Args, Debug, Clone)]
-pub struct EmbedderArgs {
-    /// hash | hash:DIM | minilm | minilm:DIR | openai:MODEL
-    #[arg(long, default_value = "hash")]
-    pub embedder: String,
-    /// Base URL of an OpenAI-compatible server (openai:MODEL); default
-    /// $OPENAI_BASE_URL, else https://api.openai.com/v1.
-    #[arg(long)]
-    pub base_url: Option<String>,
-    /// Environment variable holding the API key (openai:MODEL).
-    #[arg(long, default_value = "OPENAI_API_KEY")]
-    pub api_key_env: String,
-}
-
-/// Builds the embedder a spec names.
-pub fn make_embedder(a: &EmbedderArgs) -> Res<Box<dyn Embedder>> {
-    let (kind, arg) = a
-        .embedder
-        .split_once(':')
-        .map_or((a.embedder.as_str(), None), |(k, v)| (k, Some(v)));
-    Ok(match (kind, arg) {
-        ("hash", None) => Box::new(HashingEmbedder::new(384)?),
-        ("hash", Some(d)) => Box::new(HashingEmbedder::new(
-            d.parse().map_err(|_| format!("hash:{d}: not a dimension"))?,
-        )?),
-        ("minilm", dir) => {
-            let dir = dir.map(PathBuf::from).unwrap_or_else(MiniLm::default_dir);
-            Box::new(MiniLm::load(&dir)?)
-        }
-        ("openai", Some(model)) => {
-            let base = a
-                .base_url
-                .clone()
-                .or_else(|| std::env::var("OPENAI_BASE_URL").ok())
-                .unwrap_or_else(|| "https://api.openai.com/v1".into());
-            let mut cfg = OpenAiConfig::new(base, model);
-            cfg.api_key_env = a.api_key_env.clone();
-            Box::new(OpenAiEmbedder::connect(cfg)?)
-        }
-        _ => {
-            return Err(format!(
-                "unknown embedder `{}` (hash[:DIM], minilm[:DIR], openai:MODEL)",
-                a.embedder
-            )
-            .into());
-        }
-    })
-}
 
 /// Arguments of `dentate embed`.
 #[derive(Args, Debug)]
@@ -85,25 +32,6 @@ pub enum ModelCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-}
-
-/// Embeds `texts` in chunks with a progress bar; returns vectors and texts/s.
-pub fn embed_all(e: &dyn Embedder, texts: &[&str], label: &str) -> Res<(Vec<f32>, f64)> {
-    let pb = ProgressBar::new(texts.len() as u64);
-    pb.set_style(
-        ProgressStyle::with_template(&format!(
-            "{label} {{bar:40}} {{pos}}/{{len}} [{{elapsed}}, {{per_sec}}, eta {{eta}}]"
-        ))
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let t = Instant::now();
-    let mut out = Vec::with_capacity(texts.len() * e.dim());
-    for chunk in texts.chunks(1024) {
-        out.extend(e.embed(chunk)?);
-        pb.inc(chunk.len() as u64);
-    }
-    pb.finish_and_clear();
-    Ok((out, texts.len() as f64 / t.elapsed().as_secs_f64().max(1e-9)))
 }
 
 pub fn embed(a: &EmbedArgs) -> Res<()> {

@@ -6,7 +6,7 @@ use dentate_memory::Cut;
 use dentate_memory::eval::EvalOutcome;
 use plotters::prelude::*;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+use crate::shared::Res;
 
 /// Line colours (the Tableau 10 palette), distinct on white.
 pub(crate) const COLORS: [RGBColor; 10] = [

@@ -7,6 +7,7 @@ mod evalplot;
 mod memcmd;
 mod report;
 mod rustdocs;
+mod shared;
 mod tune;
 
 use clap::{Parser, Subcommand};
@@ -101,7 +102,14 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match cli.command {
-        Command::Quickstart(a) => commands::quickstart(&a),
+        Command::Quickstart(a) => {
+            let t = std::time::Instant::now();
+            commands::quickstart(&a)
+                .and_then(|()| memcmd::quickstart_memory())
+                .map(|()| {
+                    println!("\ndone in {:.1} s", t.elapsed().as_secs_f64());
+                })
+        }
         Command::Bench(a) => bench::run(&a),
         Command::BenchReport(a) => report::run(&a),
         Command::Tune(a) => tune::run(&a),

@@ -1,7 +1,7 @@
 //! `dentate memory …` and `dentate eval locomo`, and the memory part of
 //! `dentate quickstart`.
 
-use crate::embedcmd::{EmbedderArgs, make_embedder};
+use crate::shared::{EmbedderArgs, Res, make_embedder, parse_list};
 use clap::{Args, Subcommand};
 use dentate_memory::eval::{self, EvalOptions};
 use dentate_memory::{
@@ -10,8 +10,6 @@ use dentate_memory::{
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// A language model behind an OpenAI-compatible endpoint (optional: without
 /// it everything runs offline).
@@ -397,11 +395,11 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
     };
     let ds = locomo::load(&a.data)?.select(&split)?;
     let budgets = match &a.budget {
-        Some(b) => crate::commands::parse_list(b, "budget")?,
+        Some(b) => parse_list(b, "budget")?,
         None => Vec::new(),
     };
     let ks = match (&a.k, budgets.is_empty()) {
-        (Some(k), _) => crate::commands::parse_list(k, "k")?,
+        (Some(k), _) => parse_list(k, "k")?,
         (None, true) => vec![5, 10, 20],
         (None, false) => Vec::new(),
     };

@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+use crate::shared::Res;
 
 /// Arguments of `dentate bench-report`.
 #[derive(Args, Debug)]

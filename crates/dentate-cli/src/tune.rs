@@ -1,13 +1,11 @@
 //! `dentate tune`: the fastest fast-scan settings that reach a recall
 //! target ([`dentate_core::tune_fastscan`]).
 
-use crate::commands::{parse_list, read_matrix};
+use crate::shared::{Res, parse_list, read_matrix, thread_pool};
 use clap::Args;
 use dentate_core::{Index, IvfPqIndex, TuneConfig, tune_fastscan};
 use std::path::PathBuf;
 use std::time::Instant;
-
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// Arguments of `dentate tune`.
 #[derive(Args, Debug)]
@@ -58,7 +56,7 @@ pub struct TuneArgs {
 
 /// Runs the search and prints the choice.
 pub fn run(a: &TuneArgs) -> Res<()> {
-    let (pool, _) = crate::commands::thread_pool(a.threads)?;
+    let (pool, _) = thread_pool(a.threads)?;
     pool.install(|| run_in_pool(a).map_err(|e| e.to_string()))?;
     Ok(())
 }

@@ -10,26 +10,16 @@
 //! possessive `'s` in front and a trailing copula (`'s sister is` →
 //! `sister`). Entity lookups use the indexes on subject and object keys.
 //! Forgotten (deleted) items drop out of every query; a corrected item
-//! leaves the graph (see [`Store::correct_item`]).
+//! leaves the graph (see [`crate::Store::correct_item`]).
+//!
+//! This module owns the table's SQL; the store calls it (its `commit`
+//! writes a step's [`crate::NewTriple`]s through `insert`, and its graph
+//! queries — [`crate::Store::triples`] and the others — read through the
+//! functions here), and nothing here knows the store.
 
 use crate::error::{MemoryError, Result};
-use crate::store::{ItemRef, Store};
-use rusqlite::{Transaction, params};
+use rusqlite::{Connection, Transaction, params};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// A triple to store with a [`crate::store::Step`], for an item of that
-/// step or a stored one.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewTriple {
-    /// The item the triple is (its text is usually [`triple_text`]).
-    pub item: ItemRef,
-    /// Subject, as written.
-    pub subject: String,
-    /// Predicate, as written.
-    pub predicate: String,
-    /// Object, as written.
-    pub object: String,
-}
 
 /// A stored triple with its provenance.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,13 +100,13 @@ pub fn predicate_key(s: &str) -> String {
     w.join(" ")
 }
 
-/// Inserts one triple row for `item` (inside a step's transaction).
-pub(crate) fn insert(tx: &Transaction<'_>, user: &str, pipeline: &str, item: i64, t: &NewTriple) -> Result<()> {
-    let parts = [&t.subject, &t.predicate, &t.object];
-    if parts.iter().any(|p| p.trim().is_empty()) {
+/// Inserts one triple row, `[subject, predicate, object]`, for `item`
+/// (inside a step's transaction).
+pub(crate) fn insert(tx: &Transaction<'_>, user: &str, pipeline: &str, item: i64, spo: [&str; 3]) -> Result<()> {
+    let [subject, predicate, object] = spo;
+    if spo.iter().any(|p| p.trim().is_empty()) {
         return Err(MemoryError::Invalid(format!(
-            "a triple needs a subject, a predicate and an object: ({:?}, {:?}, {:?})",
-            t.subject, t.predicate, t.object
+            "a triple needs a subject, a predicate and an object: ({subject:?}, {predicate:?}, {object:?})"
         )));
     }
     tx.execute(
@@ -126,12 +116,12 @@ pub(crate) fn insert(tx: &Transaction<'_>, user: &str, pipeline: &str, item: i64
             item,
             user,
             pipeline,
-            t.subject.trim(),
-            t.predicate.trim(),
-            t.object.trim(),
-            entity_key(&t.subject),
-            predicate_key(&t.predicate),
-            entity_key(&t.object)
+            subject.trim(),
+            predicate.trim(),
+            object.trim(),
+            entity_key(subject),
+            predicate_key(predicate),
+            entity_key(object)
         ],
     )?;
     Ok(())
@@ -141,87 +131,96 @@ const SELECT: &str = "SELECT t.item_id, t.subject, t.predicate, t.object, i.said
      JOIN items i ON i.id = t.item_id AND i.deleted = 0
      WHERE t.user = ?1 AND t.pipeline = ?2";
 
-impl Store {
-    fn query_triples(&self, sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<Triple>> {
-        let mut st = self.conn.prepare_cached(sql)?;
-        let rows = st.query_map(args, |r| {
-            Ok(Triple {
-                item_id: r.get(0)?,
-                subject: r.get(1)?,
-                predicate: r.get(2)?,
-                object: r.get(3)?,
-                said_at: r.get(4)?,
-                sources: Vec::new(),
-            })
-        })?;
-        let mut out: Vec<Triple> = rows.collect::<rusqlite::Result<_>>()?;
-        let mut src = self
-            .conn
-            .prepare_cached("SELECT message_id FROM item_sources WHERE item_id = ?1 ORDER BY message_id")?;
-        for t in &mut out {
-            t.sources = src
-                .query_map([t.item_id], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-        }
-        Ok(out)
+fn query_triples(conn: &Connection, sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<Triple>> {
+    let mut st = conn.prepare_cached(sql)?;
+    let rows = st.query_map(args, |r| {
+        Ok(Triple {
+            item_id: r.get(0)?,
+            subject: r.get(1)?,
+            predicate: r.get(2)?,
+            object: r.get(3)?,
+            said_at: r.get(4)?,
+            sources: Vec::new(),
+        })
+    })?;
+    let mut out: Vec<Triple> = rows.collect::<rusqlite::Result<_>>()?;
+    let mut src = conn.prepare_cached("SELECT message_id FROM item_sources WHERE item_id = ?1 ORDER BY message_id")?;
+    for t in &mut out {
+        t.sources = src
+            .query_map([t.item_id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
     }
+    Ok(out)
+}
 
-    /// Every live triple of `user` made by `pipeline`, in item order.
-    pub fn triples(&self, user: &str, pipeline: &str) -> Result<Vec<Triple>> {
-        self.query_triples(&format!("{SELECT} ORDER BY t.item_id"), &[&user, &pipeline])
+/// Every live triple of `user` made by `pipeline`, in item order.
+pub(crate) fn triples(conn: &Connection, user: &str, pipeline: &str) -> Result<Vec<Triple>> {
+    query_triples(conn, &format!("{SELECT} ORDER BY t.item_id"), &[&user, &pipeline])
+}
+
+/// The live triples whose subject or object is `entity` (compared by
+/// [`entity_key`]), in item order.
+pub(crate) fn triples_about(conn: &Connection, user: &str, pipeline: &str, entity: &str) -> Result<Vec<Triple>> {
+    let key = entity_key(entity);
+    query_triples(
+        conn,
+        &format!("{SELECT} AND (t.subject_key = ?3 OR t.object_key = ?3) ORDER BY t.item_id"),
+        &[&user, &pipeline, &key],
+    )
+}
+
+/// The live triples with `predicate` (compared by [`predicate_key`]),
+/// in item order.
+pub(crate) fn triples_with_predicate(
+    conn: &Connection,
+    user: &str,
+    pipeline: &str,
+    predicate: &str,
+) -> Result<Vec<Triple>> {
+    let key = predicate_key(predicate);
+    query_triples(
+        conn,
+        &format!("{SELECT} AND t.predicate_key = ?3 ORDER BY t.item_id"),
+        &[&user, &pipeline, &key],
+    )
+}
+
+/// The triples within `hops` (1 or 2) of `entity`, each with its
+/// distance: hop 1 touches `entity`; hop 2 touches an entity at the
+/// other end of a hop-1 triple. Breadth first; within a hop, in item
+/// order; each triple once, at its nearest hop.
+pub(crate) fn neighbourhood(
+    conn: &Connection,
+    user: &str,
+    pipeline: &str,
+    entity: &str,
+    hops: usize,
+) -> Result<Vec<(usize, Triple)>> {
+    if !(1..=2).contains(&hops) {
+        return Err(MemoryError::Invalid(format!(
+            "a neighbourhood is 1 or 2 hops, not {hops}"
+        )));
     }
-
-    /// The live triples whose subject or object is `entity` (compared by
-    /// [`entity_key`]), in item order.
-    pub fn triples_about(&self, user: &str, pipeline: &str, entity: &str) -> Result<Vec<Triple>> {
-        let key = entity_key(entity);
-        self.query_triples(
-            &format!("{SELECT} AND (t.subject_key = ?3 OR t.object_key = ?3) ORDER BY t.item_id"),
-            &[&user, &pipeline, &key],
-        )
-    }
-
-    /// The live triples with `predicate` (compared by [`predicate_key`]),
-    /// in item order.
-    pub fn triples_with_predicate(&self, user: &str, pipeline: &str, predicate: &str) -> Result<Vec<Triple>> {
-        let key = predicate_key(predicate);
-        self.query_triples(
-            &format!("{SELECT} AND t.predicate_key = ?3 ORDER BY t.item_id"),
-            &[&user, &pipeline, &key],
-        )
-    }
-
-    /// The triples within `hops` (1 or 2) of `entity`, each with its
-    /// distance: hop 1 touches `entity`; hop 2 touches an entity at the
-    /// other end of a hop-1 triple. Breadth first; within a hop, in item
-    /// order; each triple once, at its nearest hop.
-    pub fn neighbourhood(&self, user: &str, pipeline: &str, entity: &str, hops: usize) -> Result<Vec<(usize, Triple)>> {
-        if !(1..=2).contains(&hops) {
-            return Err(MemoryError::Invalid(format!(
-                "a neighbourhood is 1 or 2 hops, not {hops}"
-            )));
-        }
-        let mut seen_entities: BTreeSet<String> = BTreeSet::from([entity_key(entity)]);
-        let mut frontier: Vec<String> = seen_entities.iter().cloned().collect();
-        let mut found: BTreeMap<i64, (usize, Triple)> = BTreeMap::new();
-        for hop in 1..=hops {
-            let mut next = Vec::new();
-            for e in &frontier {
-                for t in self.triples_about(user, pipeline, e)? {
-                    for end in t.ends() {
-                        if seen_entities.insert(end.clone()) {
-                            next.push(end);
-                        }
+    let mut seen_entities: BTreeSet<String> = BTreeSet::from([entity_key(entity)]);
+    let mut frontier: Vec<String> = seen_entities.iter().cloned().collect();
+    let mut found: BTreeMap<i64, (usize, Triple)> = BTreeMap::new();
+    for hop in 1..=hops {
+        let mut next = Vec::new();
+        for e in &frontier {
+            for t in triples_about(conn, user, pipeline, e)? {
+                for end in t.ends() {
+                    if seen_entities.insert(end.clone()) {
+                        next.push(end);
                     }
-                    found.entry(t.item_id).or_insert((hop, t));
                 }
+                found.entry(t.item_id).or_insert((hop, t));
             }
-            frontier = next;
         }
-        let mut out: Vec<(usize, Triple)> = found.into_values().collect();
-        out.sort_by_key(|(hop, t)| (*hop, t.item_id));
-        Ok(out)
+        frontier = next;
     }
+    let mut out: Vec<(usize, Triple)> = found.into_values().collect();
+    out.sort_by_key(|(hop, t)| (*hop, t.item_id));
+    Ok(out)
 }
 
 #[cfg(test)]

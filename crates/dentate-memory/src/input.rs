@@ -1,5 +1,5 @@
 //! Conversation files for ingestion: JSON Lines of messages, one object
-//! per line, and LoCoMo JSON ([`crate::locomo`]).
+//! per line, and LoCoMo JSON ([`crate::eval::locomo`]).
 //!
 //! A JSONL message has the text under `content` or `text`, the speaker
 //! under `speaker`, `role` or `name`, and optionally `timestamp` (Unix

@@ -26,34 +26,35 @@ pub mod graph;
 pub mod hema;
 pub mod input;
 pub mod llm;
-pub mod locomo;
 mod memory;
-pub mod metrics;
 pub mod nemori;
 pub mod pipeline;
 pub mod premem;
 pub mod rag;
 pub mod store;
 pub mod summarize;
+pub mod text;
 pub mod time;
 pub mod tokens;
 pub mod vecmem;
 
 pub use amory::{Amory, AmoryConfig};
 pub use error::{MemoryError, Result};
-pub use graph::{NewTriple, Triple};
+/// The LoCoMo reader and the evaluation metrics, at the paths they have
+/// always had (they live in [`eval`], above the pipelines).
+pub use eval::{locomo, metrics};
+pub use graph::Triple;
 pub use hema::{Hema, HemaConfig};
 #[cfg(feature = "http")]
 pub use llm::{ChatConfig, OpenAiChat};
 pub use llm::{ChatMessage, Llm, LlmError, LlmStats, ask_json};
 pub use memory::{Memory, PipelineKind};
-pub use metrics::Cut;
 pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{
-    Composed, DEFAULT_FUSION, Env, HASHING_FUSION, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever, Sayer,
-    is_hashing_embedder,
+    Composed, Cut, DEFAULT_FUSION, Env, HASHING_FUSION, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever,
+    Sayer, is_hashing_embedder,
 };
 pub use premem::{Premem, PrememConfig};
 pub use rag::{Rag, RagConfig};
-pub use store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewMessage, Store};
+pub use store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewMessage, NewTriple, Store};
 pub use vecmem::{VectorMemory, VectorMemoryConfig};

@@ -4,7 +4,6 @@
 
 use crate::error::{MemoryError, Result};
 use crate::llm::Llm;
-use crate::metrics::Cut;
 use crate::store::{Item, Message, Store};
 use crate::time::human_date;
 use crate::tokens;
@@ -618,6 +617,41 @@ impl Sayer {
             out.push('\n');
         }
         out
+    }
+}
+
+/// Where the retrieved list is cut before scoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Cut {
+    /// The top `k` items.
+    K(usize),
+    /// Items in rank order while the packed context stays within this many
+    /// tokens.
+    Budget(usize),
+}
+
+impl Cut {
+    /// `"k"` or `"budget"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Cut::K(_) => "k",
+            Cut::Budget(_) => "budget",
+        }
+    }
+
+    /// The k or the budget.
+    pub fn value(&self) -> usize {
+        match *self {
+            Cut::K(v) | Cut::Budget(v) => v,
+        }
+    }
+
+    /// A short column label: `@5` for k = 5, `≤1500` for a 1,500-token budget.
+    pub fn label(&self) -> String {
+        match self {
+            Cut::K(k) => format!("@{k}"),
+            Cut::Budget(b) => format!("≤{b}"),
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! the pipelines are even.
 
 use crate::error::Result;
-use crate::metrics::Cut;
+use crate::pipeline::Cut;
 use crate::pipeline::{
     Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text,
     resolve,

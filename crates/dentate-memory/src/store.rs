@@ -11,6 +11,7 @@
 //! missing or stale.
 
 use crate::error::{MemoryError, Result};
+use crate::graph::{self, Triple};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use std::path::{Path, PathBuf};
 
@@ -195,6 +196,20 @@ pub struct ItemUpdate {
     pub add_sources: Vec<i64>,
 }
 
+/// A triple of the semantic graph ([`crate::graph`]) to store with a
+/// [`Step`], for an item of that step or a stored one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewTriple {
+    /// The item the triple is (its text is usually [`crate::graph::triple_text`]).
+    pub item: ItemRef,
+    /// Subject, as written.
+    pub subject: String,
+    /// Predicate, as written.
+    pub predicate: String,
+    /// Object, as written.
+    pub object: String,
+}
+
 /// One pipeline step, committed atomically by [`Store::commit`].
 #[derive(Debug, Clone, Default)]
 pub struct Step {
@@ -203,7 +218,7 @@ pub struct Step {
     /// Changes to stored items (applied after `add`).
     pub update: Vec<ItemUpdate>,
     /// Triples of the semantic graph, each naming its item.
-    pub triples: Vec<crate::graph::NewTriple>,
+    pub triples: Vec<NewTriple>,
     /// Item ids to mark deleted.
     pub delete: Vec<i64>,
     /// Pipeline state to set.
@@ -288,6 +303,31 @@ pub(crate) fn as_stored(v: &[f32]) -> Vec<f32> {
 }
 
 impl Store {
+    /// Every live triple of `user` made by `pipeline`, in item order.
+    pub fn triples(&self, user: &str, pipeline: &str) -> Result<Vec<Triple>> {
+        graph::triples(&self.conn, user, pipeline)
+    }
+
+    /// The live triples whose subject or object is `entity` (compared by
+    /// [`graph::entity_key`]), in item order.
+    pub fn triples_about(&self, user: &str, pipeline: &str, entity: &str) -> Result<Vec<Triple>> {
+        graph::triples_about(&self.conn, user, pipeline, entity)
+    }
+
+    /// The live triples with `predicate` (compared by
+    /// [`graph::predicate_key`]), in item order.
+    pub fn triples_with_predicate(&self, user: &str, pipeline: &str, predicate: &str) -> Result<Vec<Triple>> {
+        graph::triples_with_predicate(&self.conn, user, pipeline, predicate)
+    }
+
+    /// The triples within `hops` (1 or 2) of `entity`, each with its
+    /// distance: hop 1 touches `entity`; hop 2 touches an entity at the
+    /// other end of a hop-1 triple. Breadth first; within a hop, in item
+    /// order; each triple once, at its nearest hop.
+    pub fn neighbourhood(&self, user: &str, pipeline: &str, entity: &str, hops: usize) -> Result<Vec<(usize, Triple)>> {
+        graph::neighbourhood(&self.conn, user, pipeline, entity, hops)
+    }
+
     /// Opens (creating if needed) the store in `dir` and migrates it to the
     /// current schema. A database from a newer version is refused.
     pub fn open(dir: &Path) -> Result<Store> {
@@ -578,7 +618,7 @@ impl Store {
             }
             for t in &step.triples {
                 let item = resolve(t.item, "a triple")?;
-                crate::graph::insert(tx, user, pipeline, item, t)?;
+                graph::insert(tx, user, pipeline, item, [&t.subject, &t.predicate, &t.object])?;
             }
             let mut der = tx.prepare("INSERT OR IGNORE INTO item_derivations (item_id, from_item) VALUES (?1, ?2)")?;
             for (i, from) in &step.derived {

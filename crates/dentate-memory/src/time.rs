@@ -165,8 +165,97 @@ pub fn in_range(t: i64) -> bool {
 /// or LoCoMo's `1:56 pm on 8 May, 2023`, in years 0–9999.
 pub fn parse_time(s: &str) -> Option<i64> {
     parse_iso8601(s)
-        .or_else(|| crate::locomo::parse_locomo_date(s))
+        .or_else(|| parse_locomo_date(s))
         .filter(|&t| in_range(t))
+}
+
+/// Parses a LoCoMo session timestamp such as `"1:56 pm on 8 May, 2023"` into Unix seconds, reading the time as UTC.
+///
+/// Accepted shape: `<h>:<mm> [am|pm] on <day> <month>[,] <yyyy>`, case-insensitive, where `<month>` is an English
+/// month name or an unambiguous prefix of at least three letters (`"Sep"`, `"Sept"`), `<day>` may carry an ordinal
+/// suffix (`"8th"`), and `"<month> <day>, <yyyy>"` order is also accepted. With `am`/`pm` the hour must be `1..=12`
+/// (`12 am` is midnight, `12 pm` noon); without it the hour is read as 24-hour `0..=23`. Returns `None` for anything
+/// else, including impossible dates such as 29 February of a non-leap year.
+pub fn parse_locomo_date(s: &str) -> Option<i64> {
+    let lower = s.trim().to_ascii_lowercase();
+    let (time, date) = lower.split_once(" on ")?;
+    let (hour, minute) = parse_clock(time.trim())?;
+    let (year, month, day) = parse_calendar_date(date.trim())?;
+    let days = days_from_civil(year, month, day);
+    Some(days * 86_400 + i64::from(hour) * 3_600 + i64::from(minute) * 60)
+}
+
+/// `"1:56 pm"` / `"10:37am"` / `"13:05"` → (hour 0..=23, minute).
+fn parse_clock(time: &str) -> Option<(u32, u32)> {
+    let (clock, meridiem) = if let Some(c) = time.strip_suffix("am").or_else(|| time.strip_suffix("a.m.")) {
+        (c.trim_end(), Some(false))
+    } else if let Some(c) = time.strip_suffix("pm").or_else(|| time.strip_suffix("p.m.")) {
+        (c.trim_end(), Some(true))
+    } else {
+        (time, None)
+    };
+    let (h, m) = clock.split_once(':')?;
+    if h.len() > 2 || m.len() != 2 {
+        return None;
+    }
+    let (hour, minute) = (parse_digits(h)?, parse_digits(m)?);
+    if minute > 59 {
+        return None;
+    }
+    let hour = match meridiem {
+        None if hour <= 23 => hour,
+        Some(pm) if (1..=12).contains(&hour) => (hour % 12) + if pm { 12 } else { 0 },
+        _ => return None,
+    };
+    Some((hour, minute))
+}
+
+/// `"8 may, 2023"` / `"may 8, 2023"` → (year, month 1..=12, day).
+fn parse_calendar_date(date: &str) -> Option<(i64, u32, u32)> {
+    let tokens: Vec<&str> = date
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+        .collect();
+    let [first, second, year] = tokens.as_slice() else {
+        return None;
+    };
+    let (day, month) = if first.starts_with(|c: char| c.is_ascii_digit()) {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let day = day.strip_suffix("st").or_else(|| day.strip_suffix("nd")).unwrap_or(day);
+    let day = day.strip_suffix("rd").or_else(|| day.strip_suffix("th")).unwrap_or(day);
+    if year.len() != 4 || day.len() > 2 {
+        return None;
+    }
+    let year = i64::from(parse_digits(year)?);
+    let month = month_number(month)?;
+    let day = parse_digits(day)?;
+    if day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    Some((year, month, day))
+}
+
+/// Month 1–12 of a month name or a prefix of it of three letters or more
+/// (`Jan`, `Sept`), any case.
+fn month_number(name: &str) -> Option<u32> {
+    if name.len() < 3 {
+        return None;
+    }
+    MONTH_NAMES
+        .iter()
+        .position(|m| m.len() >= name.len() && m.as_bytes()[..name.len()].eq_ignore_ascii_case(name.as_bytes()))
+        .and_then(|i| u32::try_from(i + 1).ok())
+}
+
+/// Parses a non-empty run of ASCII digits (no sign) that fits a `u32`.
+pub(crate) fn parse_digits(s: &str) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 #[cfg(test)]
@@ -206,5 +295,91 @@ mod tests {
             assert_eq!(parse_iso8601(bad), None, "{bad}");
         }
         assert_eq!(parse_time("1:56 pm on 8 May, 2023"), Some(1_683_554_160));
+    }
+
+    #[test]
+    fn dates_parse() {
+        assert_eq!(parse_locomo_date("1:56 pm on 8 May, 2023"), Some(1_683_554_160));
+        assert_eq!(parse_locomo_date("10:37 am on 27 June, 2023"), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("  10:37 AM on 27 june, 2023 "), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("10:37am on 27 Jun 2023"), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("10:37 am on June 27th, 2023"), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("10:37 on 27 June, 2023"), Some(1_687_862_220));
+        assert_eq!(parse_locomo_date("12:00 am on 1 January, 1970"), Some(0));
+        assert_eq!(parse_locomo_date("11:00 pm on 31 December, 1969"), Some(-3600));
+        assert_eq!(parse_locomo_date("11:59 pm on 31 December, 2023"), Some(1_704_067_140));
+    }
+
+    #[test]
+    fn dates_twelve_oclock() {
+        // 12 am is midnight (start of the day), 12 pm is noon.
+        assert_eq!(parse_locomo_date("12:19 am on 4 January, 2024"), Some(1_704_327_540));
+        assert_eq!(parse_locomo_date("12:00 pm on 29 February, 2000"), Some(951_825_600));
+        assert_eq!(
+            parse_locomo_date("12:00 am on 29 February, 2000"),
+            Some(951_825_600 - 12 * 3600)
+        );
+        assert_eq!(
+            parse_locomo_date("1:00 am on 29 February, 2000"),
+            Some(951_825_600 - 11 * 3600)
+        );
+        assert_eq!(
+            parse_locomo_date("11:59 am on 29 February, 2000"),
+            Some(951_825_600 - 60)
+        );
+        assert_eq!(parse_locomo_date("0:00 am on 1 May, 2023"), None);
+        assert_eq!(parse_locomo_date("13:00 pm on 1 May, 2023"), None);
+    }
+
+    #[test]
+    fn dates_leap_years() {
+        assert_eq!(parse_locomo_date("12:05 am on 29 February, 2024"), Some(1_709_165_100));
+        assert_eq!(
+            parse_locomo_date("12:05 am on 1 March, 2024"),
+            Some(1_709_165_100 + 86_400)
+        );
+        assert_eq!(parse_locomo_date("1:00 pm on 29 February, 2023"), None);
+        assert_eq!(parse_locomo_date("1:00 pm on 29 February, 1900"), None);
+        assert!(parse_locomo_date("1:00 pm on 29 February, 2000").is_some());
+        assert_eq!(parse_locomo_date("1:00 pm on 31 April, 2023"), None);
+        assert!(parse_locomo_date("1:00 pm on 30 April, 2023").is_some());
+        // Every day of a leap and a common year is consecutive.
+        for year in [2023_i64, 2024] {
+            let mut expected = days_from_civil(year, 1, 1);
+            for month in 1..=12 {
+                for day in 1..=days_in_month(year, month) {
+                    assert_eq!(days_from_civil(year, month, day), expected);
+                    expected += 1;
+                }
+            }
+            assert_eq!(expected, days_from_civil(year + 1, 1, 1));
+        }
+    }
+
+    #[test]
+    fn dates_invalid() {
+        for bad in [
+            "",
+            "on",
+            "1:56 pm",
+            "8 May, 2023",
+            "1:56 pm on 8 May",
+            "1:56 pm on 8 Mayo, 2023",
+            "1:56 pm on 8 Ma, 2023",
+            "1:56 pm on 0 May, 2023",
+            "1:56 pm on 32 May, 2023",
+            "1:60 pm on 8 May, 2023",
+            "1:5 pm on 8 May, 2023",
+            "24:00 on 8 May, 2023",
+            "x:56 pm on 8 May, 2023",
+            "1:56 xm on 8 May, 2023",
+            "1:56 pm on 8 May, 23",
+            "1:56 pm on 8 May, 2023 extra",
+            "-1:56 pm on 8 May, 2023",
+            "1:56 pm on +8 May, 2023",
+            "sometime in spring",
+        ] {
+            assert_eq!(parse_locomo_date(bad), None, "{bad:?}");
+        }
     }
 }

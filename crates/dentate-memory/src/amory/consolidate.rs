@@ -30,9 +30,9 @@
 use super::binding::{headline_exclusions, headline_words, split_speaker};
 use super::tree::{Frag, Head};
 use crate::llm::{Llm, LlmError, ask_json};
-use crate::metrics::content_words;
 use crate::nemori::boundary::tiling;
 use crate::nemori::episode::top_words;
+use crate::text::content_words;
 use crate::time::human_date;
 use serde_json::Value;
 

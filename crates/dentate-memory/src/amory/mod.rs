@@ -57,13 +57,13 @@ pub mod semantic;
 pub mod tree;
 
 use crate::error::{MemoryError, Result};
-use crate::graph::{NewTriple, triple_text};
-use crate::metrics::Cut;
+use crate::graph::triple_text;
+use crate::pipeline::Cut;
 use crate::pipeline::{
     Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
     compact_refs, embed_batch, query_vector, resolve,
 };
-use crate::store::{Item, ItemRef, ItemUpdate, Message, NewItem, Step, as_stored};
+use crate::store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewTriple, Step, as_stored};
 use crate::time::human_date;
 use crate::tokens;
 use crate::vecmem::VectorMemoryConfig;

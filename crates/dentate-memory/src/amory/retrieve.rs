@@ -24,7 +24,7 @@
 use super::tree::{Leaf, Tree};
 use crate::graph::entity_key;
 use crate::llm::{Llm, LlmError, ask_json};
-use crate::metrics::words;
+use crate::text::words;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 

@@ -36,7 +36,7 @@ use super::consolidate::story_prompt;
 use super::tree::{Frag, Head};
 use crate::graph::{entity_key, predicate_key};
 use crate::llm::{Llm, LlmError, ask_json};
-use crate::metrics::content_words;
+use crate::text::content_words;
 use serde_json::Value;
 use unicode_segmentation::UnicodeSegmentation;
 

@@ -10,7 +10,7 @@
 //!   whose id the packed items carry in their provenance) and **full
 //!   coverage** (fraction of questions with all of them);
 //! - **answer recall**: mean fraction of the gold answer's content words
-//!   ([`content_words`]) present in what the packed items *say*
+//!   ([`crate::text::content_words`]) present in what the packed items *say*
 //!   ([`answer_recall`]): their text and the date resolutions derived from
 //!   it, never the date header the renderer adds to every item (a
 //!   temporal answer like "7 May 2023" would otherwise be credited to any
@@ -25,45 +25,11 @@
 //!
 //! and retrieval latency percentiles over all questions.
 
-use crate::locomo::category_name;
+use super::locomo::category_name;
+use crate::pipeline::Cut;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write as _;
-
-/// Where the retrieved list is cut before scoring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Cut {
-    /// The top `k` items.
-    K(usize),
-    /// Items in rank order while the packed context stays within this many
-    /// tokens.
-    Budget(usize),
-}
-
-impl Cut {
-    /// `"k"` or `"budget"`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Cut::K(_) => "k",
-            Cut::Budget(_) => "budget",
-        }
-    }
-
-    /// The k or the budget.
-    pub fn value(&self) -> usize {
-        match *self {
-            Cut::K(v) | Cut::Budget(v) => v,
-        }
-    }
-
-    /// A short column label: `@5` for k = 5, `≤1500` for a 1,500-token budget.
-    pub fn label(&self) -> String {
-        match self {
-            Cut::K(k) => format!("@{k}"),
-            Cut::Budget(b) => format!("≤{b}"),
-        }
-    }
-}
 
 /// What one question got at one cut.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -151,33 +117,8 @@ pub struct EvalReport {
     pub latency_p95_us: Option<u64>,
 }
 
-/// Lower-cased alphanumeric tokens of `text` (maximal runs of Unicode
-/// letters and digits), with a possessive `'s` dropped.
-pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric() && c != '\'' && c != '’')
-        .flat_map(|w| {
-            let w = w.strip_suffix("'s").or_else(|| w.strip_suffix("’s")).unwrap_or(w);
-            w.split(['\'', '’'])
-        })
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-}
-
-/// The content words of a gold answer: its [`words`] minus English stop
-/// words ([`dentate_core::lexical::ENGLISH_STOP_WORDS`]); numbers and month
-/// names are always kept.
-pub fn content_words(answer: &str) -> BTreeSet<String> {
-    words(answer)
-        .filter(|w| {
-            crate::time::is_month(w)
-                || w.chars().all(|c| c.is_numeric())
-                || !dentate_core::lexical::ENGLISH_STOP_WORDS.contains(&w.as_str())
-        })
-        .collect()
-}
-
 /// The fraction of `gold`'s content words present among `context_words`
-/// (the [`words`] of the packed context); `None` when `gold` has no
+/// (the [`crate::text::words`] of the packed context); `None` when `gold` has no
 /// content words.
 pub fn answer_recall(gold: &BTreeSet<String>, context_words: &HashSet<String>) -> Option<f64> {
     if gold.is_empty() {
@@ -629,25 +570,9 @@ mod tests {
         assert_eq!(j["overall"]["per_cut"][0]["answer_recall_rendered"], json!(0.75));
     }
 
-    fn set(ws: &[&str]) -> BTreeSet<String> {
-        ws.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn content_words_drop_stop_words_and_keep_numbers_and_months() {
-        assert_eq!(
-            content_words("The Berlin marathon, in May 2024!"),
-            set(&["berlin", "marathon", "may", "2024"])
-        );
-        assert_eq!(content_words("Caroline's mom"), set(&["caroline", "mom"]));
-        assert_eq!(content_words("It was the one for her"), set(&["one"]));
-        assert_eq!(content_words("it was for her"), set(&[]));
-        assert_eq!(content_words("7 May, 2023"), set(&["7", "may", "2023"]));
-        assert_eq!(content_words("Café Ünïcode"), set(&["café", "ünïcode"]));
-    }
-
     #[test]
     fn answer_recall_counts_content_words_in_the_context() {
+        use crate::text::{content_words, words};
         let ctx = |t: &str| words(t).collect::<HashSet<String>>();
         let gold = content_words("the Berlin marathon in September");
         assert_eq!(

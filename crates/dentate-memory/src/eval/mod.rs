@@ -17,7 +17,7 @@
 //! content words present in what the packed items say
 //! ([`crate::Sayer`]: text and derived date resolutions, not the date
 //! headers of the rendering), with the older figure over the rendered
-//! text kept beside it; see [`crate::metrics`]. Model calls a pipeline
+//! text kept beside it; see [`metrics`]. Model calls a pipeline
 //! makes at query time (Amory's coherence retrieval) are counted as the
 //! run's query cost. With a model, answers are also generated from the
 //! composed prompt and judged with the LLM-as-judge prompt of Amory,
@@ -26,18 +26,26 @@
 //! ([`judge_gold`]).
 //!
 //! The run says which conversations it covered and whether its figures are
-//! in-sample ([`crate::locomo::Split`]).
+//! in-sample ([`locomo::Split`]).
+//!
+//! This module sits above the pipelines: it holds the LoCoMo reader
+//! ([`locomo`]), the metrics ([`metrics`]) and the evaluation that runs
+//! pipelines on the one and scores them with the other; no pipeline
+//! imports from here.
+
+pub mod locomo;
+pub mod metrics;
 
 use crate::error::{MemoryError, Result};
 use crate::llm::{ChatMessage, Llm, ask_json};
-use crate::locomo::{Conversation, Dataset, Qa, SkipReport, category_name, in_sample, split_name};
 use crate::memory::{Memory, PipelineKind};
-use crate::metrics::{
-    Cut, CutResult, EvalReport, QuestionResult, aggregate, answer_recall, content_words, fmt_opt, words,
-};
+use crate::pipeline::Cut;
 use crate::pipeline::{Packer, Retrieved, Retriever, Sayer};
 use crate::store::NewMessage;
+use crate::text::{content_words, words};
 use dentate_embed::Embedder;
+use locomo::{Conversation, Dataset, Qa, SkipReport, category_name, in_sample, split_name};
+use metrics::{CutResult, EvalReport, QuestionResult, aggregate, answer_recall, fmt_opt};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -45,10 +53,10 @@ use web_time::Instant;
 
 /// The LLM-as-judge prompt (Amory, appendix A.1, verbatim), with
 /// `{question}`, `{gold_answer}` and `{generated_answer}` placeholders.
-pub const JUDGE_PROMPT: &str = include_str!("prompts/judge.txt");
+pub const JUDGE_PROMPT: &str = include_str!("../prompts/judge.txt");
 /// The answer-generation prompt (Amory, appendix A.1, verbatim), with
 /// `{full_stories}`, `{add_trivas}` and `{question}` placeholders.
-pub const ANSWER_PROMPT: &str = include_str!("prompts/qa.txt");
+pub const ANSWER_PROMPT: &str = include_str!("../prompts/qa.txt");
 
 /// Item kinds that cite their source messages without quoting them (HEMA's
 /// block summaries, Amory's story and sub-plot headlines, PREMem's reasoning
@@ -300,11 +308,11 @@ pub struct EvalOutcome {
     pub embedder: String,
     /// The sample ids evaluated, in order.
     pub sample_ids: Vec<String>,
-    /// Which split they are ([`crate::locomo::split_name`]: `tune`,
+    /// Which split they are ([`locomo::split_name`]: `tune`,
     /// `report`, `all` or `custom`).
     pub split: &'static str,
     /// Whether the figures are in-sample: the conversations include one
-    /// that defaults were tuned on ([`crate::locomo::in_sample`]).
+    /// that defaults were tuned on ([`locomo::in_sample`]).
     pub in_sample: bool,
     /// Conversations evaluated.
     pub conversations: usize,
@@ -576,7 +584,7 @@ pub fn credited_refs(used: &[Retrieved]) -> Vec<String> {
 }
 
 /// One question of `user`'s memory scored at every cut (ascending, as
-/// [`crate::metrics::aggregate`] takes them): at `k` items, what
+/// [`metrics::aggregate`] takes them): at `k` items, what
 /// [`Memory::retrieve`]`(k)` returns; at a budget, a list retrieved deep
 /// enough to fill the largest budget, packed by `packer`. Answer recall
 /// counts what `sayer` says the packed items say; the rendered figure,

@@ -17,8 +17,8 @@
 
 use super::boundary::prompt_line;
 use crate::llm::{Llm, LlmError, ask_json};
-use crate::metrics::{content_words, words};
 use crate::store::Message;
+use crate::text::{content_words, words};
 use crate::time::parse_iso8601;
 use crate::tokens;
 use serde_json::Value;

@@ -22,7 +22,7 @@ pub mod episode;
 pub mod semantic;
 
 use crate::error::{MemoryError, Result};
-use crate::metrics::Cut;
+use crate::pipeline::Cut;
 use crate::pipeline::{
     Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
     embed_batch, resolve,

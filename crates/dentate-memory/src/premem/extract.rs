@@ -40,9 +40,9 @@
 
 use crate::dates::{self, Tense, When};
 use crate::llm::{Llm, LlmError, ask_json};
-use crate::metrics::words;
 use crate::nemori::episode::{sentence_words, speaker_names};
 use crate::store::Message;
+use crate::text::words;
 use crate::time::human_date;
 use serde_json::Value;
 use unicode_segmentation::UnicodeSegmentation;

@@ -43,8 +43,8 @@ pub mod extract;
 pub mod reason;
 
 use crate::error::{MemoryError, Result};
-use crate::metrics::Cut;
 use crate::nemori::boundary::{BoundaryConfig, time_gap};
+use crate::pipeline::Cut;
 use crate::pipeline::{
     Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
     embed_batch, resolve,

@@ -27,7 +27,7 @@
 //! need understanding a template cannot fake: offline makes none of them.
 
 use crate::llm::{Llm, LlmError, ask_json};
-use crate::metrics::{content_words, words};
+use crate::text::{content_words, words};
 use crate::time::{human_date, parse_iso8601};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

@@ -40,6 +40,7 @@
 //!   first T turns, with no consolidation in between.
 
 use super::tree::Head;
+use super::*;
 use crate::llm::{Llm, LlmError, ask_json};
 use crate::nemori::boundary::{opening_marker, prompt_line};
 use crate::nemori::episode::{sentence_words, sentences, top_words};
@@ -604,6 +605,307 @@ pub fn llm_bind(
         }
         Ok(r)
     })
+}
+
+/// Binding (the paper's Algorithm 1, steps 1–2): routing each pair of
+/// messages to the narratives it extends, or new ones, and committing the
+/// fragments.
+impl Amory {
+    /// How many messages the next iteration takes from `msgs`: up to a
+    /// pair, cut at a session change; 0 when the pair is not complete yet
+    /// and more may come (`closing`: the conversation has ended).
+    pub(super) fn take(&self, msgs: &[Message], closing: bool) -> usize {
+        let Some(first) = msgs.first() else { return 0 };
+        let p = self.cfg.pair.max(1);
+        let mut n = 1;
+        while n < p && n < msgs.len() && msgs[n].msg.session == first.msg.session {
+            n += 1;
+        }
+        if n < p && n == msgs.len() && !closing { 0 } else { n }
+    }
+
+    /// Decides where the fragments of `msgs` go (initialisation when
+    /// `init`).
+    pub(super) fn route(&mut self, env: &Env<'_>, msgs: &[Message], iteration: i64, init: bool) -> Result<Bound> {
+        let refs: Vec<&Message> = msgs.iter().collect();
+        let dim = env.embedder.dim();
+        if let Some(llm) = env.llm {
+            let routing = if init {
+                binding::llm_init(llm, &refs)?
+            } else {
+                let first_seq = msgs.first().map_or(0, |m| m.seq);
+                let ctx_n = self.cfg.binding.context_turns as i64;
+                let context = env
+                    .store
+                    .messages_in_seq(env.user, (first_seq - ctx_n).max(0), first_seq)?;
+                let ctx: Vec<&Message> = context.iter().collect();
+                let tree = self.tree()?;
+                let stories: Vec<(i64, &Head)> = tree.narratives.iter().map(|n| (n.id, &n.head)).collect();
+                binding::llm_bind(llm, &stories, &ctx, &refs)?
+            };
+            let frags: Vec<(usize, String)> = routing
+                .routed
+                .iter()
+                .map(|r| (r.message, format!("{}: {}", refs[r.message].msg.speaker, r.excerpt)))
+                .collect();
+            let texts: Vec<String> = frags.iter().map(|f| f.1.clone()).collect();
+            return Ok(Bound {
+                vecs: embed_batch(env.embedder, &texts)?,
+                targets: routing.routed.iter().map(|r| r.target).collect(),
+                new_heads: routing.new_heads.into_iter().map(Some).collect(),
+                added: routing.added_characters,
+                frags,
+            });
+        }
+        let extracted = binding::extract(&refs, &self.cfg.binding);
+        let texts: Vec<String> = extracted.iter().map(|f| f.text.clone()).collect();
+        let vecs = embed_batch(env.embedder, &texts)?;
+        // The binder sees embeddings as they read back from the store.
+        let stored = as_stored(&vecs);
+        let w = self.cfg.binding.profile_window.max(1);
+        let mut existing = Vec::new();
+        let narr: Vec<(i64, Vec<i64>, i64)> = self
+            .tree()?
+            .narratives
+            .iter()
+            .map(|n| {
+                let all: Vec<i64> = n.fragments().collect();
+                (n.id, all[all.len().saturating_sub(w)..].to_vec(), n.last_bound)
+            })
+            .collect();
+        let same_session =
+            env.store.state(env.user, self.name, SESSION)?.as_deref() == msgs.first().map(|m| m.msg.session.as_str());
+        let mut recent = Vec::new();
+        for (id, last, last_bound) in narr {
+            let mut vs = Vec::with_capacity(last.len());
+            for f in last {
+                vs.push(self.frag_vec(env, f)?);
+            }
+            existing.push((id, vs));
+            if !init && same_session && last_bound == iteration - 1 {
+                recent.push(Target::Existing(id));
+            }
+        }
+        let sim = self.cfg.binding.similarity(&env.embedder.name());
+        let mut binder = Binder::new(&self.cfg.binding, sim, existing);
+        binder.set_recent(recent);
+        // Initialisation binds pair by pair: the previous pair's
+        // narratives are the recent ones.
+        let pair_of: Vec<usize> = if init {
+            let mut out = vec![0; msgs.len()];
+            let (mut i, mut p) = (0, 0);
+            while i < msgs.len() {
+                let n = self.take(&msgs[i..], true).max(1);
+                out[i..i + n].fill(p);
+                i += n;
+                p += 1;
+            }
+            out
+        } else {
+            vec![0; msgs.len()]
+        };
+        let mut targets = Vec::with_capacity(extracted.len());
+        let (mut cur_pair, mut cur): (usize, Vec<Target>) = (0, Vec::new());
+        for (f, v) in extracted.iter().zip(stored.chunks_exact(dim)) {
+            let p = pair_of[f.message];
+            if p != cur_pair {
+                let prev = std::mem::take(&mut cur);
+                let first = pair_of.iter().position(|&x| x == p).unwrap_or(0);
+                let continues = first > 0 && msgs[first - 1].msg.session == msgs[first].msg.session;
+                binder.set_recent(if continues { prev } else { Vec::new() });
+                cur_pair = p;
+            }
+            let t = binder.bind(v);
+            cur.push(t);
+            targets.push(t);
+        }
+        let opened = targets
+            .iter()
+            .filter_map(|t| if let Target::New(k) = t { Some(*k + 1) } else { None })
+            .max()
+            .unwrap_or(0);
+        Ok(Bound {
+            frags: extracted.into_iter().map(|f| (f.message, f.text)).collect(),
+            vecs,
+            targets,
+            new_heads: vec![None; opened],
+            added: Vec::new(),
+        })
+    }
+
+    /// One binding iteration (or the initialisation) over `msgs`,
+    /// committed in one step; returns the items made.
+    pub(super) fn bind(&mut self, env: &mut Env<'_>, msgs: &[Message], iteration: i64, init: bool) -> Result<usize> {
+        self.load_tree(env)?;
+        let Some(last) = msgs.last() else { return Ok(0) };
+        let b = self.route(env, msgs, iteration, init)?;
+        let dim = env.embedder.dim();
+        let tree = self.tree()?;
+        // New narratives: their heads and fragments.
+        let mut new_heads: Vec<Head> = Vec::with_capacity(b.new_heads.len());
+        for (k, h) in b.new_heads.iter().enumerate() {
+            let texts: Vec<&str> = b
+                .frags
+                .iter()
+                .zip(&b.targets)
+                .filter(|(_, t)| **t == Target::New(k))
+                .map(|(f, _)| f.1.as_str())
+                .collect();
+            new_heads.push(match h {
+                Some(h) => h.clone(),
+                None => binding::extractive_head(&texts),
+            });
+        }
+        // Existing narratives touched: more sources, maybe more characters.
+        let mut touched: BTreeMap<i64, (Vec<i64>, Vec<String>)> = BTreeMap::new();
+        for ((msg, text), t) in b.frags.iter().zip(&b.targets) {
+            if let Target::Existing(id) = t {
+                let e = touched.entry(*id).or_default();
+                e.0.push(msgs[*msg].id);
+                if env.llm.is_none() {
+                    let (speaker, _) = binding::split_speaker(text);
+                    e.1.push(speaker.to_string());
+                    e.1.extend(binding::names_in(text));
+                }
+            }
+        }
+        for (id, names) in &b.added {
+            touched.entry(*id).or_default().1.extend(names.iter().cloned());
+        }
+        let mut changed: Vec<(i64, Head)> = Vec::new();
+        for (id, (_, names)) in &touched {
+            let Some(n) = tree.position(*id).map(|p| &tree.narratives[p]) else {
+                continue;
+            };
+            let chars = binding::characters(&n.head.characters, names);
+            if chars != n.head.characters {
+                changed.push((*id, Head::new(&n.head.headline, &n.head.owner, &chars)));
+            }
+        }
+        let head_texts: Vec<String> = new_heads
+            .iter()
+            .chain(changed.iter().map(|c| &c.1))
+            .map(Head::text)
+            .collect();
+        let head_vecs = embed_batch(env.embedder, &head_texts)?;
+        let mut step = Step::default();
+        for (k, h) in new_heads.iter().enumerate() {
+            let mine: Vec<&Message> = b
+                .frags
+                .iter()
+                .zip(&b.targets)
+                .filter(|(_, t)| **t == Target::New(k))
+                .map(|(f, _)| &msgs[f.0])
+                .collect();
+            let mut sources: Vec<i64> = mine.iter().map(|m| m.id).collect();
+            sources.dedup();
+            let said = mine.first().and_then(|m| m.msg.said_at);
+            step.add.push(NewItem {
+                kind: NARRATIVE.into(),
+                text: h.text(),
+                sources,
+                said_at: said,
+                refers_to: said,
+                vector: Some(head_vecs[k * dim..(k + 1) * dim].to_vec()),
+                parent: None,
+            });
+        }
+        for (((msg, text), t), v) in b.frags.iter().zip(&b.targets).zip(b.vecs.chunks_exact(dim)) {
+            let m = &msgs[*msg];
+            step.add.push(NewItem {
+                kind: FRAGMENT.into(),
+                text: text.clone(),
+                sources: vec![m.id],
+                said_at: m.msg.said_at,
+                refers_to: m.msg.said_at,
+                vector: Some(v.to_vec()),
+                parent: Some(match t {
+                    Target::Existing(id) => ItemRef::Stored(*id),
+                    Target::New(k) => ItemRef::InStep(*k),
+                }),
+            });
+        }
+        for (id, (sources, _)) in &touched {
+            let head = changed.iter().position(|c| c.0 == *id);
+            step.update.push(ItemUpdate {
+                id: *id,
+                text: head.map(|i| changed[i].1.text()),
+                vector: head.map(|i| {
+                    let j = new_heads.len() + i;
+                    head_vecs[j * dim..(j + 1) * dim].to_vec()
+                }),
+                parent: None,
+                add_sources: sources.clone(),
+            });
+        }
+        step.state = vec![
+            (ITERATION.into(), iteration.to_string()),
+            (SESSION.into(), last.msg.session.clone()),
+            (INITIALISED.into(), "1".into()),
+        ];
+        step.processed_through = Some(last.id);
+        step.turn = iteration;
+        let ids = env.store.commit(env.user, self.name, &step)?;
+        // The tree and the indexes follow the commit.
+        let n_new = new_heads.len();
+        let tree = self.tree_mut()?;
+        let mut new_pos = Vec::with_capacity(n_new);
+        for (h, id) in new_heads.iter().zip(&ids) {
+            new_pos.push(tree.add_narrative(*id, h.clone()));
+        }
+        for (id, h) in &changed {
+            if let Some(p) = tree.position(*id) {
+                tree.narratives[p].head = h.clone();
+            }
+        }
+        for ((it, id), t) in step.add[n_new..].iter().zip(&ids[n_new..]).zip(&b.targets) {
+            let pos = match t {
+                Target::Existing(nid) => tree.position(*nid),
+                Target::New(k) => new_pos.get(*k).copied(),
+            };
+            if let Some(pos) = pos {
+                tree.add_fragment(
+                    pos,
+                    None,
+                    Frag {
+                        id: *id,
+                        text: it.text.clone(),
+                        sources: it.sources.clone(),
+                        said_at: it.said_at,
+                        turn: iteration,
+                    },
+                );
+            }
+        }
+        for (id, v) in ids[n_new..].iter().zip(b.vecs.chunks_exact(dim)) {
+            self.vecs.insert(*id, as_stored(v));
+        }
+        let frag_texts: Vec<&str> = step.add[n_new..].iter().map(|it| it.text.as_str()).collect();
+        self.fragments
+            .add(env, &ids[n_new..], iteration, &b.vecs, &frag_texts)?;
+        let narr_texts: Vec<&str> = step.add[..n_new].iter().map(|it| it.text.as_str()).collect();
+        self.narratives
+            .add(env, &ids[..n_new], iteration, &head_vecs[..n_new * dim], &narr_texts)?;
+        for (i, (id, h)) in changed.iter().enumerate() {
+            let j = n_new + i;
+            self.narratives
+                .replace(env, *id, iteration, &head_vecs[j * dim..(j + 1) * dim], &h.text())?;
+        }
+        Ok(ids.len())
+    }
+
+    /// The other speaker around a message (for `you`/`your`).
+    pub(super) fn addressee(env: &Env<'_>, source: i64) -> Result<Option<String>> {
+        let Some(m) = env.store.messages(&[source])?.into_iter().next() else {
+            return Ok(None);
+        };
+        let around = env.store.messages_in_seq(env.user, (m.seq - 1).max(0), m.seq + 2)?;
+        Ok(around
+            .into_iter()
+            .filter(|o| o.seq != m.seq && o.msg.speaker != m.msg.speaker)
+            .min_by_key(|o| (o.seq - m.seq).abs())
+            .map(|o| o.msg.speaker))
+    }
 }
 
 #[cfg(test)]

@@ -28,12 +28,12 @@
 //! broadened anyway.
 
 use super::binding::{headline_exclusions, headline_words, split_speaker};
-use super::tree::{Frag, Head};
+use super::tree::{Frag, Head, story_prompt};
+use super::*;
 use crate::llm::{Llm, LlmError, ask_json};
 use crate::nemori::boundary::tiling;
 use crate::nemori::episode::top_words;
 use crate::text::content_words;
-use crate::time::human_date;
 use serde_json::Value;
 
 /// When narratives are consolidated.
@@ -168,29 +168,6 @@ pub fn broadened(subplots: &[&str], texts: &[&str]) -> String {
     }
 }
 
-/// A fragment as prompts show it: `[n] (8 May 2023) Speaker: text`.
-pub(crate) fn item_line(n: usize, f: &Frag) -> String {
-    let when = f.said_at.map(|t| format!(" ({})", human_date(t))).unwrap_or_default();
-    format!("[{n}]{when} {}", f.text)
-}
-
-/// The story as the consolidation and semanticization prompts give it.
-pub(crate) fn story_prompt(head: &Head, existing: &[&str], window: &[&Frag]) -> String {
-    let mut user = format!("Main topic: {}\n\nExisting substories:\n", head.line());
-    if existing.is_empty() {
-        user.push_str("None yet.\n");
-    }
-    for s in existing {
-        user.push_str(&format!("- {s}\n"));
-    }
-    user.push_str("\nNew memory items:\n");
-    for (i, f) in window.iter().enumerate() {
-        user.push_str(&item_line(i + 1, f));
-        user.push('\n');
-    }
-    user
-}
-
 const CONSOLIDATE_PROMPT: &str = include_str!("../prompts/amory_consolidate.txt");
 
 /// Consolidation with a model.
@@ -225,6 +202,223 @@ fn parse(v: &Value, n: usize, current: &str) -> Result<Consolidated, String> {
         Some(_) => return Err("`new_topic` must be a non-empty string or null".into()),
     };
     Ok(Consolidated { subplots, headline })
+}
+
+/// Consolidation and semanticization (steps 3–4): a quiet narrative's
+/// fragments made into sub-plots and its peripheral facts into triples.
+impl Amory {
+    /// Consolidates the first `n` unconsolidated fragments of narrative at
+    /// position `pos`, with semanticization, in one step; returns the items
+    /// made.
+    pub(super) fn consolidate(&mut self, env: &mut Env<'_>, pos: usize, n: usize, iteration: i64) -> Result<usize> {
+        let tree = self.tree()?;
+        let nar = tree.narratives[pos].clone();
+        let window: Vec<Frag> = nar.tail[..n]
+            .iter()
+            .filter_map(|id| tree.frags.get(id).cloned())
+            .collect();
+        if window.len() != n {
+            return Err(MemoryError::Invalid(format!(
+                "narrative {} lists fragments the store no longer has",
+                nar.id
+            )));
+        }
+        let all_texts: Vec<String> = nar
+            .fragments()
+            .filter_map(|id| tree.frags.get(&id).map(|f| f.text.clone()))
+            .collect();
+        let existing: Vec<&str> = nar.subplots.iter().map(|s| s.headline.as_str()).collect();
+        let frag_refs: Vec<&Frag> = window.iter().collect();
+        let (plan, facts) = match env.llm {
+            Some(llm) => {
+                let plan = consolidate::with_llm(llm, &nar.head, &existing, &frag_refs)?;
+                let head = Head {
+                    headline: plan.headline.clone().unwrap_or_else(|| nar.head.headline.clone()),
+                    ..nar.head.clone()
+                };
+                let mut subs = existing.clone();
+                subs.extend(plan.subplots.iter().map(|(h, _)| h.as_str()));
+                let facts = semantic::with_llm(llm, &head, &subs, &frag_refs)?;
+                (plan, facts)
+            }
+            None => {
+                let mut vs = Vec::with_capacity(n);
+                for f in &window {
+                    vs.push(self.frag_vec(env, f.id)?);
+                }
+                let win: Vec<(&str, &[f32])> = window
+                    .iter()
+                    .zip(&vs)
+                    .map(|(f, v)| (f.text.as_str(), v.as_slice()))
+                    .collect();
+                let texts: Vec<&str> = all_texts.iter().map(String::as_str).collect();
+                let split = self.cfg.binding.similarity(&env.embedder.name()).split;
+                let plan = consolidate::offline(&nar.head.headline, &existing, &win, &texts, split);
+                let mut addressees = Vec::with_capacity(n);
+                for f in &window {
+                    addressees.push(match f.sources.first() {
+                        Some(&s) => Self::addressee(env, s)?,
+                        None => None,
+                    });
+                }
+                let win: Vec<(&str, Option<&str>)> = window
+                    .iter()
+                    .zip(&addressees)
+                    .map(|(f, a)| (f.text.as_str(), a.as_deref()))
+                    .collect();
+                (plan, semantic::offline(&win, &nar.head.characters))
+            }
+        };
+        // Facts already in the graph are not stored again.
+        let mut fresh = Vec::with_capacity(facts.len());
+        for f in facts {
+            let known = env
+                .store
+                .triples_about(env.user, self.name, &f.subject)?
+                .iter()
+                .any(|t| {
+                    (
+                        crate::graph::entity_key(&t.subject),
+                        crate::graph::predicate_key(&t.predicate),
+                        crate::graph::entity_key(&t.object),
+                    ) == f.keys()
+                });
+            if !known {
+                fresh.push(f);
+            }
+        }
+        // Which sub-plot each fragment of the window falls in.
+        let mut block_of = Vec::with_capacity(n);
+        for (b, (_, len)) in plan.subplots.iter().enumerate() {
+            block_of.extend(std::iter::repeat_n(b, *len));
+        }
+        let new_head = plan.headline.as_ref().map(|h| Head {
+            headline: h.clone(),
+            ..nar.head.clone()
+        });
+        let mut texts: Vec<String> = plan.subplots.iter().map(|(h, _)| h.clone()).collect();
+        texts.extend(fresh.iter().map(|f| triple_text(&f.subject, &f.predicate, &f.object)));
+        if let Some(h) = &new_head {
+            texts.push(h.text());
+        }
+        let vecs = embed_batch(env.embedder, &texts)?;
+        let dim = env.embedder.dim();
+        let vec_at = |i: usize| vecs[i * dim..(i + 1) * dim].to_vec();
+        let mut step = Step::default();
+        let mut start = 0;
+        for (b, (headline, len)) in plan.subplots.iter().enumerate() {
+            let block = &window[start..start + len];
+            let mut sources: Vec<i64> = block.iter().flat_map(|f| f.sources.iter().copied()).collect();
+            sources.sort_unstable();
+            sources.dedup();
+            let said = block.first().and_then(|f| f.said_at);
+            step.add.push(NewItem {
+                kind: SUBPLOT.into(),
+                text: headline.clone(),
+                sources,
+                said_at: said,
+                refers_to: said,
+                vector: Some(vec_at(b)),
+                parent: Some(ItemRef::Stored(nar.id)),
+            });
+            start += len;
+        }
+        let n_sub = plan.subplots.len();
+        for (i, f) in fresh.iter().enumerate() {
+            let frag = &window[f.item];
+            step.add.push(NewItem {
+                kind: FACT.into(),
+                text: texts[n_sub + i].clone(),
+                sources: frag.sources.clone(),
+                said_at: frag.said_at,
+                refers_to: frag.said_at,
+                vector: Some(vec_at(n_sub + i)),
+                parent: Some(ItemRef::InStep(block_of[f.item])),
+            });
+            step.triples.push(NewTriple {
+                item: ItemRef::InStep(n_sub + i),
+                subject: f.subject.clone(),
+                predicate: f.predicate.clone(),
+                object: f.object.clone(),
+            });
+        }
+        for (f, &b) in window.iter().zip(&block_of) {
+            step.update.push(ItemUpdate {
+                id: f.id,
+                parent: Some(ItemRef::InStep(b)),
+                ..Default::default()
+            });
+        }
+        if let Some(h) = &new_head {
+            step.update.push(ItemUpdate {
+                id: nar.id,
+                text: Some(h.text()),
+                vector: Some(vec_at(texts.len() - 1)),
+                ..Default::default()
+            });
+        }
+        step.turn = iteration;
+        let ids = env.store.commit(env.user, self.name, &step)?;
+        // Tree and indexes.
+        let tree = self.tree_mut()?;
+        let nr = &mut tree.narratives[pos];
+        let mut start = 0;
+        for ((headline, len), id) in plan.subplots.iter().zip(&ids) {
+            nr.subplots.push(SubPlot {
+                id: *id,
+                headline: headline.clone(),
+                fragments: window[start..start + len].iter().map(|f| f.id).collect(),
+            });
+            start += len;
+        }
+        nr.tail.drain(..n);
+        if let Some(h) = &new_head {
+            nr.head = h.clone();
+        }
+        let sub_texts: Vec<&str> = texts[..n_sub].iter().map(String::as_str).collect();
+        self.subplots
+            .add(env, &ids[..n_sub], iteration, &vecs[..n_sub * dim], &sub_texts)?;
+        let n_fact = fresh.len();
+        let fact_texts: Vec<&str> = texts[n_sub..n_sub + n_fact].iter().map(String::as_str).collect();
+        self.facts.add(
+            env,
+            &ids[n_sub..n_sub + n_fact],
+            iteration,
+            &vecs[n_sub * dim..(n_sub + n_fact) * dim],
+            &fact_texts,
+        )?;
+        if let Some(h) = &new_head {
+            self.narratives
+                .replace(env, nar.id, iteration, &vec_at(texts.len() - 1), &h.text())?;
+        }
+        Ok(ids.len())
+    }
+
+    /// Consolidates what is due after the last iteration: inactive
+    /// narratives (or, `Rapid`, all with new fragments; `all`: every
+    /// narrative with new fragments, as when the conversation ends).
+    pub(super) fn settle(&mut self, env: &mut Env<'_>, all: bool) -> Result<usize> {
+        if self.cfg.consolidation == Consolidation::None || !self.initialised(env)? {
+            return Ok(0);
+        }
+        self.load_tree(env)?;
+        let iteration = self.state_i64(env, ITERATION)?.unwrap_or(0);
+        let rapid = self.cfg.consolidation == Consolidation::Rapid;
+        let mut made = 0;
+        let count = self.tree()?.narratives.len();
+        for pos in 0..count {
+            loop {
+                let nar = &self.tree()?.narratives[pos];
+                let due = !nar.tail.is_empty() && (all || rapid || nar.last_bound < iteration);
+                if !due {
+                    break;
+                }
+                let n = nar.tail.len().min(self.cfg.window.max(1));
+                made += self.consolidate(env, pos, n, iteration)?;
+            }
+        }
+        Ok(made)
+    }
 }
 
 #[cfg(test)]

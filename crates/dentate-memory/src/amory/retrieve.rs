@@ -22,6 +22,7 @@
 //! adoption"), so a leaf that answers in other words ranks low.
 
 use super::tree::{Leaf, Tree};
+use super::*;
 use crate::graph::entity_key;
 use crate::llm::{Llm, LlmError, ask_json};
 use crate::text::words;
@@ -208,6 +209,163 @@ fn parse(v: &Value, n: usize, k: usize) -> Result<(Vec<usize>, Vec<String>), Str
         Some(_) => return Err("`entities` must be a list of names".into()),
     };
     Ok((picked, entities))
+}
+
+/// Coherence retrieval (step 5): the leaves of the tree ranked for a
+/// question.
+impl Amory {
+    /// The ranked items for `query`: leaves (each under its story and
+    /// sub-plot headers, its fragments best first) interleaved one to one
+    /// with facts not already said by the fragments above; at most
+    /// `leaves` leaves and `facts` facts when given; at most `k` items.
+    pub(super) fn rank(
+        &mut self,
+        env: &mut Env<'_>,
+        query: &str,
+        k: usize,
+        max_leaves: Option<usize>,
+        max_facts: Option<usize>,
+    ) -> Result<Vec<Retrieved>> {
+        if query.trim().is_empty() {
+            return Err(MemoryError::Invalid("the query is empty".into()));
+        }
+        self.load_tree(env)?;
+        let window = self.cfg.window.max(1);
+        let leaves = self.tree()?.leaves(window);
+        let q = query_vector(env, query)?;
+        let search = |v: &mut Vectors, env: &Env<'_>, depth: usize| -> Result<HashMap<i64, f32>> {
+            let n = v.len(env)?;
+            if n == 0 {
+                return Ok(HashMap::new());
+            }
+            Ok(retrieve::normalise(&v.search_with(
+                env,
+                query,
+                q.as_deref(),
+                depth.min(n),
+            )?))
+        };
+        let content = search(&mut self.fragments, env, k.saturating_mul(4).max(64))?;
+        let narr = search(&mut self.narratives, env, usize::MAX)?;
+        let subs = search(&mut self.subplots, env, usize::MAX)?;
+        let facts = search(&mut self.facts, env, k.saturating_mul(4).max(32))?;
+        // Entities: capitalised names, characters and graph ends named.
+        let triples = env.store.triples(env.user, self.name)?;
+        let tree = self.tree()?;
+        let mut known: Vec<String> = tree
+            .narratives
+            .iter()
+            .flat_map(|n| n.head.characters.iter().map(|c| crate::graph::entity_key(c)))
+            .chain(triples.iter().flat_map(|t| t.ends()))
+            .collect();
+        known.sort();
+        known.dedup();
+        let mut entities = retrieve::question_entities(query, &known);
+        let scores = retrieve::score_leaves(tree, &leaves, &content, &narr, &subs, &entities, &self.cfg.retrieval);
+        let mut order: Vec<usize> = (0..leaves.len()).collect();
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+        if let (Some(llm), false) = (env.llm, leaves.is_empty()) {
+            let (chosen, named) = retrieve::llm_choose(llm, query, tree, &leaves, self.cfg.episodic_k.max(1))?;
+            order.retain(|i| !chosen.contains(i));
+            order.splice(0..0, chosen);
+            for e in named {
+                if !entities.contains(&e) {
+                    entities.push(e);
+                }
+            }
+        }
+        if let Some(m) = max_leaves {
+            order.truncate(m);
+        }
+        // Facts: one hop from the entities, and what the retriever found.
+        let mut hop: HashSet<i64> = HashSet::new();
+        for t in &triples {
+            if t.ends().iter().any(|e| entities.contains(e)) {
+                hop.insert(t.item_id);
+            }
+        }
+        // A fact the retriever ranks last (normalised to 0) and no entity
+        // reaches is not relevant.
+        let mut fact_rank: Vec<(i64, f32)> = hop
+            .iter()
+            .map(|&id| {
+                (
+                    id,
+                    facts.get(&id).copied().unwrap_or(0.0) + self.cfg.retrieval.hop_bonus,
+                )
+            })
+            .chain(
+                facts
+                    .iter()
+                    .filter(|(id, s)| !hop.contains(id) && **s > 0.0)
+                    .map(|(&id, &s)| (id, s)),
+            )
+            .collect();
+        fact_rank.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if let Some(m) = max_facts {
+            // Room for those skipped as redundant below.
+            fact_rank.truncate(m.saturating_mul(4));
+        }
+        let fact_items = resolve(env, &fact_rank)?;
+        let mut fact_iter = fact_items.into_iter();
+        let tree = self.tree()?;
+        let mut out: Vec<(i64, f32)> = Vec::new();
+        let mut listed: HashSet<i64> = HashSet::new();
+        let mut shown: HashSet<usize> = HashSet::new();
+        let mut kept_facts: Vec<Retrieved> = Vec::new();
+        let fact_cap = max_facts.unwrap_or(usize::MAX);
+        let mut next_fact = |listed: &HashSet<i64>, kept: &mut Vec<Retrieved>| -> Option<(i64, f32)> {
+            if kept.len() >= fact_cap {
+                return None;
+            }
+            for f in fact_iter.by_ref() {
+                if !f.item.sources.iter().all(|s| listed.contains(s)) {
+                    let r = (f.item.id, f.score);
+                    kept.push(f);
+                    return Some(r);
+                }
+            }
+            None
+        };
+        for &li in &order {
+            if out.len() >= k {
+                break;
+            }
+            let leaf = &leaves[li];
+            let score = scores[li];
+            if shown.insert(leaf.narrative) {
+                out.push((tree.narratives[leaf.narrative].id, score));
+            }
+            if let Some(s) = leaf.subplot {
+                out.push((s, score));
+            }
+            let mut frags = leaf.fragments.clone();
+            frags.sort_by(|a, b| {
+                let (sa, sb) = (
+                    content.get(a).copied().unwrap_or(0.0),
+                    content.get(b).copied().unwrap_or(0.0),
+                );
+                sb.total_cmp(&sa).then(a.cmp(b))
+            });
+            for f in frags {
+                out.push((f, score));
+                if let Some(fr) = tree.frags.get(&f) {
+                    listed.extend(fr.sources.iter().copied());
+                }
+            }
+            if let Some(f) = next_fact(&listed, &mut kept_facts) {
+                out.push(f);
+            }
+        }
+        while out.len() < k {
+            match next_fact(&listed, &mut kept_facts) {
+                Some(f) => out.push(f),
+                None => break,
+            }
+        }
+        out.truncate(k);
+        resolve(env, &out)
+    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@
 //! is left out for being central to the story.
 
 use super::binding::{names_in, split_speaker};
-use super::consolidate::story_prompt;
+use super::tree::story_prompt;
 use super::tree::{Frag, Head};
 use crate::graph::{entity_key, predicate_key};
 use crate::llm::{Llm, LlmError, ask_json};

@@ -14,6 +14,7 @@
 use super::{FRAGMENT, NARRATIVE, SUBPLOT};
 use crate::error::Result;
 use crate::store::Store;
+use crate::time::human_date;
 use std::collections::HashMap;
 
 /// What a narrative is about: its headline, its owner (the speaker whose
@@ -306,6 +307,29 @@ impl Tree {
     pub fn subplot_count(&self) -> usize {
         self.narratives.iter().map(|n| n.subplots.len()).sum()
     }
+}
+
+/// A fragment as prompts show it: `[n] (8 May 2023) Speaker: text`.
+pub(crate) fn item_line(n: usize, f: &Frag) -> String {
+    let when = f.said_at.map(|t| format!(" ({})", human_date(t))).unwrap_or_default();
+    format!("[{n}]{when} {}", f.text)
+}
+
+/// The story as the consolidation and semanticization prompts give it.
+pub(crate) fn story_prompt(head: &Head, existing: &[&str], window: &[&Frag]) -> String {
+    let mut user = format!("Main topic: {}\n\nExisting substories:\n", head.line());
+    if existing.is_empty() {
+        user.push_str("None yet.\n");
+    }
+    for s in existing {
+        user.push_str(&format!("- {s}\n"));
+    }
+    user.push_str("\nNew memory items:\n");
+    for (i, f) in window.iter().enumerate() {
+        user.push_str(&item_line(i + 1, f));
+        user.push('\n');
+    }
+    user
 }
 
 #[cfg(test)]

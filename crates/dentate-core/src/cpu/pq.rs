@@ -29,34 +29,60 @@ impl<'a> Live<'a> {
     }
 }
 
+/// The shape both IVF scans share: for every query of `plan` in parallel
+/// (with scratch `S` per worker), its tables by `tables(scratch, query)`,
+/// then each of its probed lists offered to one heap by
+/// `scan(scratch, list, bias, heap)`; the `plan.shortlist` best of each
+/// query, best first.
+fn each_query<S: Send, E: Send>(
+    parts: &IvfParts<'_>,
+    plan: &IvfPlan,
+    init: impl Fn() -> S + Sync + Send,
+    tables: impl Fn(&mut S, &[f32]) -> std::result::Result<(), E> + Sync + Send,
+    scan: impl Fn(&S, &InvList, f32, &mut Reservoir) + Sync + Send,
+) -> std::result::Result<Vec<Vec<Cand>>, E> {
+    let k = plan.shortlist.min(parts.ids.len());
+    plan.probes
+        .par_iter()
+        .zip(plan.rotated.par_chunks_exact(parts.books.dim().max(1)))
+        .map_init(init, |scratch, (probes, q)| {
+            tables(scratch, q)?;
+            let mut heap = Reservoir::new(k);
+            for p in probes {
+                if let Some(list) = parts.lists.lists.get(p.list as usize) {
+                    scan(scratch, list, p.bias, &mut heap);
+                }
+            }
+            Ok(heap.into_sorted())
+        })
+        .collect()
+}
+
 /// [`crate::Compute::adc_top_k`].
 pub(super) fn adc_top_k(parts: &IvfParts<'_>, plan: &IvfPlan) -> Vec<Vec<Cand>> {
     let books = parts.books;
     let (m, ksub) = (books.m(), books.ksub());
-    let k = plan.shortlist.min(parts.ids.len());
     let live = Live::of(parts);
-    plan.probes
-        .par_iter()
-        .zip(plan.rotated.par_chunks_exact(books.dim().max(1)))
-        .map_init(
-            || vec![0f32; m * ksub],
-            |lut, (probes, q)| {
-                books.table_into(q, lut);
-                let mut heap = Reservoir::new(k);
-                for p in probes {
-                    let Some(list) = parts.lists.lists.get(p.list as usize) else {
-                        continue;
-                    };
-                    if ksub == KSUB {
-                        adc_scan_list(lut, m, list, p.bias, live, &mut heap);
-                    } else {
-                        adc_scan_list_generic(lut, (m, ksub), list, p.bias, live, &mut heap);
-                    }
-                }
-                heap.into_sorted()
-            },
-        )
-        .collect()
+    let scanned = each_query(
+        parts,
+        plan,
+        || vec![0f32; m * ksub],
+        |lut, q| {
+            books.table_into(q, lut);
+            Ok::<(), std::convert::Infallible>(())
+        },
+        |lut, list, bias, heap| {
+            if ksub == KSUB {
+                adc_scan_list(lut, m, list, bias, live, heap);
+            } else {
+                adc_scan_list_generic(lut, (m, ksub), list, bias, live, heap);
+            }
+        },
+    );
+    match scanned {
+        Ok(v) => v,
+        Err(never) => match never {},
+    }
 }
 
 /// [`adc_scan_list`] for codebooks of any size (`ksub` entries per table).
@@ -124,26 +150,17 @@ pub(super) fn fastscan_top_k(isa: Isa, parts: &IvfParts<'_>, plan: &IvfPlan) -> 
     let books = parts.books;
     check_books(books)?;
     let m = books.m();
-    let k = plan.shortlist.min(parts.ids.len());
     let live = Live::of(parts);
-    plan.probes
-        .par_iter()
-        .zip(plan.rotated.par_chunks_exact(books.dim().max(1)))
-        .map_init(
-            || (vec![0f32; m * KSUB4], QuantizedTables::default()),
-            |(table, qt), (probes, q)| {
-                books.table_into(q, table);
-                qt.quantize(table, m)?;
-                let mut heap = Reservoir::new(k);
-                for p in probes {
-                    if let Some(list) = parts.lists.lists.get(p.list as usize) {
-                        scan_packed_list(isa, qt, list, p.bias, live, &mut heap);
-                    }
-                }
-                Ok(heap.into_sorted())
-            },
-        )
-        .collect()
+    each_query(
+        parts,
+        plan,
+        || (vec![0f32; m * KSUB4], QuantizedTables::default()),
+        |(table, qt), q| {
+            books.table_into(q, table);
+            qt.quantize(table, m)
+        },
+        |(_, qt), list, bias, heap| scan_packed_list(isa, qt, list, bias, live, heap),
+    )
 }
 
 /// Scans one list of packed 4-bit codes with quantised tables on `isa`,

@@ -20,7 +20,7 @@ use crate::pipeline::{
     Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text, resolve,
 };
 use crate::store::{Message, NewItem, Step};
-use crate::summarize::{WordStats, extractive, llm_merge, llm_update};
+use crate::summarize::{Summarizer, WordStats, summarizer};
 use crate::tokens;
 use crate::vecmem::VectorMemoryConfig;
 use dentate_core::SalienceParams;
@@ -127,8 +127,8 @@ impl Hema {
     }
 
     /// Commits `step` with the state, then adds its vectors to the index.
-    fn flush(&mut self, env: &mut Env<'_>, step: &mut Step, st: &State) -> Result<usize> {
-        step.state = Self::state_pairs(st, env.llm.is_none());
+    fn flush(&mut self, env: &mut Env<'_>, step: &mut Step, st: &State, offline: bool) -> Result<usize> {
+        step.state = Self::state_pairs(st, offline);
         step.turn = st.turn;
         let ids = env.store.commit(env.user, "hema", step)?;
         let mut rows = Vec::new();
@@ -150,7 +150,13 @@ impl Hema {
     /// One summary-of-summaries step at a block boundary: stores the
     /// block's compact summary as an item, merges it into level 2, and
     /// restarts the compact memory from the merge.
-    fn summary_of_summaries(&self, env: &mut Env<'_>, st: &mut State, step: &mut Step) -> Result<()> {
+    fn summary_of_summaries(
+        &self,
+        env: &mut Env<'_>,
+        summ: &dyn Summarizer,
+        st: &mut State,
+        step: &mut Step,
+    ) -> Result<()> {
         if st.compact.is_empty() {
             return Ok(());
         }
@@ -167,10 +173,7 @@ impl Hema {
             vector: Some(vector),
             parent: None,
         });
-        st.level2 = match env.llm {
-            Some(llm) => llm_merge(llm, &st.level2, &st.compact, self.cfg.summary_tokens)?,
-            None => extractive(&st.level2, "", &st.compact, &st.words, self.cfg.summary_tokens),
-        };
+        st.level2 = summ.merge(&st.level2, &st.compact, &st.words, self.cfg.summary_tokens)?;
         st.compact = st.level2.clone();
         Ok(())
     }
@@ -195,7 +198,9 @@ impl Pipeline for Hema {
         let dim = env.embedder.dim();
         // Offline, commit every 32 messages; with a model, after every
         // message (each costs a call that should not be repeated).
-        let group = if env.llm.is_some() { 1 } else { 32 };
+        let summ = summarizer(env.llm);
+        let offline = !summ.calls_model();
+        let group = if offline { 32 } else { 1 };
         for (g, batch) in msgs.chunks(32).enumerate() {
             let texts: Vec<String> = batch
                 .iter()
@@ -208,16 +213,13 @@ impl Pipeline for Hema {
             for (i, (m, text)) in batch.iter().zip(texts).enumerate() {
                 st.turn += 1;
                 st.words.observe(&m.msg.text);
-                st.compact = match env.llm {
-                    Some(llm) => llm_update(llm, &st.compact, &m.msg.speaker, &m.msg.text, self.cfg.summary_tokens)?,
-                    None => extractive(
-                        &st.compact,
-                        &m.msg.speaker,
-                        &m.msg.text,
-                        &st.words,
-                        self.cfg.summary_tokens,
-                    ),
-                };
+                st.compact = summ.update(
+                    &st.compact,
+                    &m.msg.speaker,
+                    &m.msg.text,
+                    &st.words,
+                    self.cfg.summary_tokens,
+                )?;
                 step.add.push(NewItem {
                     kind: "chunk".into(),
                     text,
@@ -231,10 +233,10 @@ impl Pipeline for Hema {
                 let sos = self.cfg.sos_every > 0 && st.turn % self.cfg.sos_every == 0;
                 let forget = self.cfg.forget_every > 0 && st.turn % self.cfg.forget_every == 0;
                 if sos {
-                    self.summary_of_summaries(env, &mut st, &mut step)?;
+                    self.summary_of_summaries(env, summ.as_ref(), &mut st, &mut step)?;
                 }
                 if sos || forget || step.add.len() >= group || i + 1 == batch.len() {
-                    report.items += self.flush(env, &mut step, &st)?;
+                    report.items += self.flush(env, &mut step, &st, offline)?;
                 }
                 if forget {
                     let fraction = self.cfg.forget_fraction;

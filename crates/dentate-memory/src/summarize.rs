@@ -187,6 +187,59 @@ pub fn llm_merge(llm: &dyn Llm, older: &str, recent: &str, max_tokens: usize) ->
     Ok(tokens::truncate(&s, max_tokens))
 }
 
+/// HEMA's summarizer role: the compact memory updated turn by turn
+/// (`S_t = Summarizer(S_{t-1}, u_t)`) and merged into the level-2 summary
+/// at block boundaries, by a model ([`ModelSummarizer`]) or offline
+/// ([`Extractive`]); [`summarizer`] picks one, once per ingest.
+pub trait Summarizer {
+    /// The compact summary after `speaker` said `text`.
+    fn update(&self, prev: &str, speaker: &str, text: &str, stats: &WordStats, max_tokens: usize) -> Result<String>;
+    /// `older` and `recent` merged into one summary.
+    fn merge(&self, older: &str, recent: &str, stats: &WordStats, max_tokens: usize) -> Result<String>;
+    /// Whether each call costs a model call (HEMA then commits after every
+    /// message, so that no paid call is repeated after a failure, and keeps
+    /// no word statistics).
+    fn calls_model(&self) -> bool;
+}
+
+/// [`Summarizer`] with a model ([`llm_update`], [`llm_merge`]).
+pub struct ModelSummarizer<'a>(pub &'a dyn Llm);
+
+impl Summarizer for ModelSummarizer<'_> {
+    fn update(&self, prev: &str, speaker: &str, text: &str, _: &WordStats, max_tokens: usize) -> Result<String> {
+        llm_update(self.0, prev, speaker, text, max_tokens)
+    }
+    fn merge(&self, older: &str, recent: &str, _: &WordStats, max_tokens: usize) -> Result<String> {
+        llm_merge(self.0, older, recent, max_tokens)
+    }
+    fn calls_model(&self) -> bool {
+        true
+    }
+}
+
+/// [`Summarizer`] offline: [`extractive`] (a merge is an update by no one).
+pub struct Extractive;
+
+impl Summarizer for Extractive {
+    fn update(&self, prev: &str, speaker: &str, text: &str, stats: &WordStats, max_tokens: usize) -> Result<String> {
+        Ok(extractive(prev, speaker, text, stats, max_tokens))
+    }
+    fn merge(&self, older: &str, recent: &str, stats: &WordStats, max_tokens: usize) -> Result<String> {
+        Ok(extractive(older, "", recent, stats, max_tokens))
+    }
+    fn calls_model(&self) -> bool {
+        false
+    }
+}
+
+/// The summarizer for a run: the model when there is one, else extractive.
+pub fn summarizer(llm: Option<&dyn Llm>) -> Box<dyn Summarizer + '_> {
+    match llm {
+        Some(llm) => Box::new(ModelSummarizer(llm)),
+        None => Box::new(Extractive),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,11 @@
-//! The one word splitter of the memory layer: what evaluation metrics,
-//! summaries and pipelines mean by "the words of a text".
+//! The word splitter of the memory layer: what the evaluation metrics and
+//! the pipelines mean by "the words of a text".
+//!
+//! HEMA's extractive summarizer ([`crate::summarize`]) still splits with
+//! its own rule (straight apostrophes kept inside a word, so `Bob's` and
+//! `Bob` are two words there): switching it to this one changes which
+//! clauses it keeps, so it waits for a change that re-measures HEMA, not a
+//! restructuring that must leave every figure as it was.
 //!
 //! The hashing embedder (`dentate-embed`) and BM25 (`dentate-core`'s
 //! analyzer) keep analyzers of their own: they live in crates below this

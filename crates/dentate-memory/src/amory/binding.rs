@@ -624,39 +624,50 @@ impl Amory {
         if n < p && n == msgs.len() && !closing { 0 } else { n }
     }
 
-    /// Decides where the fragments of `msgs` go (initialisation when
+    /// Where the fragments of `msgs` go, decided by the model
+    /// (initialisation when `init`).
+    pub(super) fn route_with_model(&self, llm: &dyn Llm, env: &Env<'_>, msgs: &[Message], init: bool) -> Result<Bound> {
+        let refs: Vec<&Message> = msgs.iter().collect();
+        let routing = if init {
+            binding::llm_init(llm, &refs)?
+        } else {
+            let first_seq = msgs.first().map_or(0, |m| m.seq);
+            let ctx_n = self.cfg.binding.context_turns as i64;
+            let context = env
+                .store
+                .messages_in_seq(env.user, (first_seq - ctx_n).max(0), first_seq)?;
+            let ctx: Vec<&Message> = context.iter().collect();
+            let tree = self.tree()?;
+            let stories: Vec<(i64, &Head)> = tree.narratives.iter().map(|n| (n.id, &n.head)).collect();
+            binding::llm_bind(llm, &stories, &ctx, &refs)?
+        };
+        let frags: Vec<(usize, String)> = routing
+            .routed
+            .iter()
+            .map(|r| (r.message, format!("{}: {}", refs[r.message].msg.speaker, r.excerpt)))
+            .collect();
+        let texts: Vec<String> = frags.iter().map(|f| f.1.clone()).collect();
+        Ok(Bound {
+            vecs: embed_batch(env.embedder, &texts)?,
+            targets: routing.routed.iter().map(|r| r.target).collect(),
+            new_heads: routing.new_heads.into_iter().map(Some).collect(),
+            added: routing.added_characters,
+            frags,
+        })
+    }
+
+    /// Where the fragments of `msgs` go, decided offline: extracted
+    /// fragments bound by embedding similarity (initialisation when
     /// `init`).
-    pub(super) fn route(&mut self, env: &Env<'_>, msgs: &[Message], iteration: i64, init: bool) -> Result<Bound> {
+    pub(super) fn route_offline(
+        &mut self,
+        env: &Env<'_>,
+        msgs: &[Message],
+        iteration: i64,
+        init: bool,
+    ) -> Result<Bound> {
         let refs: Vec<&Message> = msgs.iter().collect();
         let dim = env.embedder.dim();
-        if let Some(llm) = env.llm {
-            let routing = if init {
-                binding::llm_init(llm, &refs)?
-            } else {
-                let first_seq = msgs.first().map_or(0, |m| m.seq);
-                let ctx_n = self.cfg.binding.context_turns as i64;
-                let context = env
-                    .store
-                    .messages_in_seq(env.user, (first_seq - ctx_n).max(0), first_seq)?;
-                let ctx: Vec<&Message> = context.iter().collect();
-                let tree = self.tree()?;
-                let stories: Vec<(i64, &Head)> = tree.narratives.iter().map(|n| (n.id, &n.head)).collect();
-                binding::llm_bind(llm, &stories, &ctx, &refs)?
-            };
-            let frags: Vec<(usize, String)> = routing
-                .routed
-                .iter()
-                .map(|r| (r.message, format!("{}: {}", refs[r.message].msg.speaker, r.excerpt)))
-                .collect();
-            let texts: Vec<String> = frags.iter().map(|f| f.1.clone()).collect();
-            return Ok(Bound {
-                vecs: embed_batch(env.embedder, &texts)?,
-                targets: routing.routed.iter().map(|r| r.target).collect(),
-                new_heads: routing.new_heads.into_iter().map(Some).collect(),
-                added: routing.added_characters,
-                frags,
-            });
-        }
         let extracted = binding::extract(&refs, &self.cfg.binding);
         let texts: Vec<String> = extracted.iter().map(|f| f.text.clone()).collect();
         let vecs = embed_batch(env.embedder, &texts)?;
@@ -735,10 +746,17 @@ impl Amory {
 
     /// One binding iteration (or the initialisation) over `msgs`,
     /// committed in one step; returns the items made.
-    pub(super) fn bind(&mut self, env: &mut Env<'_>, msgs: &[Message], iteration: i64, init: bool) -> Result<usize> {
+    pub(super) fn bind(
+        &mut self,
+        env: &mut Env<'_>,
+        roles: &dyn Roles,
+        msgs: &[Message],
+        iteration: i64,
+        init: bool,
+    ) -> Result<usize> {
         self.load_tree(env)?;
         let Some(last) = msgs.last() else { return Ok(0) };
-        let b = self.route(env, msgs, iteration, init)?;
+        let b = roles.route(self, env, msgs, iteration, init)?;
         let dim = env.embedder.dim();
         let tree = self.tree()?;
         // New narratives: their heads and fragments.
@@ -762,7 +780,7 @@ impl Amory {
             if let Target::Existing(id) = t {
                 let e = touched.entry(*id).or_default();
                 e.0.push(msgs[*msg].id);
-                if env.llm.is_none() {
+                if !roles.calls_model() {
                     let (speaker, _) = binding::split_speaker(text);
                     e.1.push(speaker.to_string());
                     e.1.extend(binding::names_in(text));

@@ -207,10 +207,64 @@ fn parse(v: &Value, n: usize, current: &str) -> Result<Consolidated, String> {
 /// Consolidation and semanticization (steps 3–4): a quiet narrative's
 /// fragments made into sub-plots and its peripheral facts into triples.
 impl Amory {
+    /// A window's sub-plots (and new headline) and its facts, by the model.
+    pub(super) fn plan_with_model(llm: &dyn Llm, w: &Window<'_>) -> Result<(Consolidated, Vec<Fact>)> {
+        let frag_refs: Vec<&Frag> = w.frags.iter().collect();
+        let plan = consolidate::with_llm(llm, &w.nar.head, w.existing, &frag_refs)?;
+        let head = Head {
+            headline: plan.headline.clone().unwrap_or_else(|| w.nar.head.headline.clone()),
+            ..w.nar.head.clone()
+        };
+        let mut subs = w.existing.to_vec();
+        subs.extend(plan.subplots.iter().map(|(h, _)| h.as_str()));
+        let facts = semantic::with_llm(llm, &head, &subs, &frag_refs)?;
+        Ok((plan, facts))
+    }
+
+    /// A window's sub-plots (and new headline) and its facts, offline:
+    /// split where the fragments' embeddings part, facts from patterns.
+    pub(super) fn plan_offline(&mut self, env: &Env<'_>, w: &Window<'_>) -> Result<(Consolidated, Vec<Fact>)> {
+        let n = w.frags.len();
+        let mut vs = Vec::with_capacity(n);
+        for f in w.frags {
+            vs.push(self.frag_vec(env, f.id)?);
+        }
+        let win: Vec<(&str, &[f32])> = w
+            .frags
+            .iter()
+            .zip(&vs)
+            .map(|(f, v)| (f.text.as_str(), v.as_slice()))
+            .collect();
+        let texts: Vec<&str> = w.all_texts.iter().map(String::as_str).collect();
+        let split = self.cfg.binding.similarity(&env.embedder.name()).split;
+        let plan = consolidate::offline(&w.nar.head.headline, w.existing, &win, &texts, split);
+        let mut addressees = Vec::with_capacity(n);
+        for f in w.frags {
+            addressees.push(match f.sources.first() {
+                Some(&s) => Self::addressee(env, s)?,
+                None => None,
+            });
+        }
+        let win: Vec<(&str, Option<&str>)> = w
+            .frags
+            .iter()
+            .zip(&addressees)
+            .map(|(f, a)| (f.text.as_str(), a.as_deref()))
+            .collect();
+        Ok((plan, semantic::offline(&win, &w.nar.head.characters)))
+    }
+
     /// Consolidates the first `n` unconsolidated fragments of narrative at
     /// position `pos`, with semanticization, in one step; returns the items
     /// made.
-    pub(super) fn consolidate(&mut self, env: &mut Env<'_>, pos: usize, n: usize, iteration: i64) -> Result<usize> {
+    pub(super) fn consolidate(
+        &mut self,
+        env: &mut Env<'_>,
+        roles: &dyn Roles,
+        pos: usize,
+        n: usize,
+        iteration: i64,
+    ) -> Result<usize> {
         let tree = self.tree()?;
         let nar = tree.narratives[pos].clone();
         let window: Vec<Frag> = nar.tail[..n]
@@ -228,47 +282,16 @@ impl Amory {
             .filter_map(|id| tree.frags.get(&id).map(|f| f.text.clone()))
             .collect();
         let existing: Vec<&str> = nar.subplots.iter().map(|s| s.headline.as_str()).collect();
-        let frag_refs: Vec<&Frag> = window.iter().collect();
-        let (plan, facts) = match env.llm {
-            Some(llm) => {
-                let plan = consolidate::with_llm(llm, &nar.head, &existing, &frag_refs)?;
-                let head = Head {
-                    headline: plan.headline.clone().unwrap_or_else(|| nar.head.headline.clone()),
-                    ..nar.head.clone()
-                };
-                let mut subs = existing.clone();
-                subs.extend(plan.subplots.iter().map(|(h, _)| h.as_str()));
-                let facts = semantic::with_llm(llm, &head, &subs, &frag_refs)?;
-                (plan, facts)
-            }
-            None => {
-                let mut vs = Vec::with_capacity(n);
-                for f in &window {
-                    vs.push(self.frag_vec(env, f.id)?);
-                }
-                let win: Vec<(&str, &[f32])> = window
-                    .iter()
-                    .zip(&vs)
-                    .map(|(f, v)| (f.text.as_str(), v.as_slice()))
-                    .collect();
-                let texts: Vec<&str> = all_texts.iter().map(String::as_str).collect();
-                let split = self.cfg.binding.similarity(&env.embedder.name()).split;
-                let plan = consolidate::offline(&nar.head.headline, &existing, &win, &texts, split);
-                let mut addressees = Vec::with_capacity(n);
-                for f in &window {
-                    addressees.push(match f.sources.first() {
-                        Some(&s) => Self::addressee(env, s)?,
-                        None => None,
-                    });
-                }
-                let win: Vec<(&str, Option<&str>)> = window
-                    .iter()
-                    .zip(&addressees)
-                    .map(|(f, a)| (f.text.as_str(), a.as_deref()))
-                    .collect();
-                (plan, semantic::offline(&win, &nar.head.characters))
-            }
-        };
+        let (plan, facts) = roles.consolidate(
+            self,
+            env,
+            &Window {
+                nar: &nar,
+                frags: &window,
+                existing: &existing,
+                all_texts: &all_texts,
+            },
+        )?;
         // Facts already in the graph are not stored again.
         let mut fresh = Vec::with_capacity(facts.len());
         for f in facts {
@@ -397,7 +420,7 @@ impl Amory {
     /// Consolidates what is due after the last iteration: inactive
     /// narratives (or, `Rapid`, all with new fragments; `all`: every
     /// narrative with new fragments, as when the conversation ends).
-    pub(super) fn settle(&mut self, env: &mut Env<'_>, all: bool) -> Result<usize> {
+    pub(super) fn settle(&mut self, env: &mut Env<'_>, roles: &dyn Roles, all: bool) -> Result<usize> {
         if self.cfg.consolidation == Consolidation::None || !self.initialised(env)? {
             return Ok(0);
         }
@@ -414,7 +437,7 @@ impl Amory {
                     break;
                 }
                 let n = nar.tail.len().min(self.cfg.window.max(1));
-                made += self.consolidate(env, pos, n, iteration)?;
+                made += self.consolidate(env, roles, pos, n, iteration)?;
             }
         }
         Ok(made)

@@ -63,20 +63,23 @@ pub mod tree;
 
 use crate::error::{MemoryError, Result};
 use crate::graph::triple_text;
+use crate::llm::Llm;
 use crate::pipeline::Cut;
 use crate::pipeline::{
     Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
     compact_refs, embed_batch, query_vector, resolve,
 };
-use crate::store::{Item, ItemRef, ItemUpdate, NewItem, NewTriple, Step, as_stored};
+use crate::store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewTriple, Step, as_stored};
 use crate::time::human_date;
 use crate::tokens;
 use crate::vecmem::VectorMemoryConfig;
 use binding::{BindingConfig, Target};
+use consolidate::Consolidated;
 pub use consolidate::Consolidation;
 use retrieve::RetrievalConfig;
+use semantic::Fact;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use tree::{Frag, Head, SubPlot, Tree};
+use tree::{Frag, Head, Leaf, SubPlot, Tree};
 
 /// Item kind of narratives.
 pub const NARRATIVE: &str = "narrative";
@@ -175,6 +178,93 @@ struct Bound {
     added: Vec<(i64, Vec<String>)>,
 }
 
+/// A consolidation window: the narrative, its oldest unconsolidated
+/// fragments, its sub-plots' headlines and every fragment's text.
+struct Window<'a> {
+    nar: &'a tree::Narrative,
+    frags: &'a [Frag],
+    existing: &'a [&'a str],
+    all_texts: &'a [String],
+}
+
+/// Amory's model roles — routing messages to narratives (binding and
+/// initialisation), consolidation with semanticization, and the leaf
+/// choice of coherence retrieval — with a model ([`WithModel`]) or offline
+/// ([`Offline`]); [`roles`] picks one, once per ingest or retrieval. The
+/// offline bodies need the pipeline's caches, so both forms call methods
+/// of [`Amory`] in the phase files.
+trait Roles {
+    /// Whether a model plays the roles (offline binding also reads
+    /// characters from the fragments' text).
+    fn calls_model(&self) -> bool;
+    /// Where the fragments of `msgs` go (initialisation when `init`).
+    fn route(&self, amory: &mut Amory, env: &Env<'_>, msgs: &[Message], iteration: i64, init: bool) -> Result<Bound>;
+    /// A window's sub-plots (and new headline) and its facts.
+    fn consolidate(&self, amory: &mut Amory, env: &Env<'_>, w: &Window<'_>) -> Result<(Consolidated, Vec<Fact>)>;
+    /// The leaves the model puts first for `question` and the entities it
+    /// names; `None` offline (the scored order stands).
+    fn choose(
+        &self,
+        question: &str,
+        tree: &Tree,
+        leaves: &[Leaf],
+        k: usize,
+    ) -> Result<Option<(Vec<usize>, Vec<String>)>>;
+}
+
+/// [`Roles`] with a model (the Appendix A prompts).
+struct WithModel<'a>(&'a dyn Llm);
+
+impl Roles for WithModel<'_> {
+    fn calls_model(&self) -> bool {
+        true
+    }
+    fn route(&self, amory: &mut Amory, env: &Env<'_>, msgs: &[Message], _: i64, init: bool) -> Result<Bound> {
+        amory.route_with_model(self.0, env, msgs, init)
+    }
+    fn consolidate(&self, _: &mut Amory, _: &Env<'_>, w: &Window<'_>) -> Result<(Consolidated, Vec<Fact>)> {
+        Amory::plan_with_model(self.0, w)
+    }
+    fn choose(
+        &self,
+        question: &str,
+        tree: &Tree,
+        leaves: &[Leaf],
+        k: usize,
+    ) -> Result<Option<(Vec<usize>, Vec<String>)>> {
+        if leaves.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(retrieve::llm_choose(self.0, question, tree, leaves, k)?))
+    }
+}
+
+/// [`Roles`] offline (each phase file says how, and where it is weaker).
+struct Offline;
+
+impl Roles for Offline {
+    fn calls_model(&self) -> bool {
+        false
+    }
+    fn route(&self, amory: &mut Amory, env: &Env<'_>, msgs: &[Message], iteration: i64, init: bool) -> Result<Bound> {
+        amory.route_offline(env, msgs, iteration, init)
+    }
+    fn consolidate(&self, amory: &mut Amory, env: &Env<'_>, w: &Window<'_>) -> Result<(Consolidated, Vec<Fact>)> {
+        amory.plan_offline(env, w)
+    }
+    fn choose(&self, _: &str, _: &Tree, _: &[Leaf], _: usize) -> Result<Option<(Vec<usize>, Vec<String>)>> {
+        Ok(None)
+    }
+}
+
+/// The roles for a run: the model when there is one, else offline.
+fn roles(llm: Option<&dyn Llm>) -> Box<dyn Roles + '_> {
+    match llm {
+        Some(llm) => Box::new(WithModel(llm)),
+        None => Box::new(Offline),
+    }
+}
+
 impl Amory {
     /// Amory with `cfg`.
     pub fn new(cfg: AmoryConfig) -> Self {
@@ -248,8 +338,10 @@ impl Amory {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<IngestReport> {
         let mut report = IngestReport::default();
+        let roles = roles(env.llm);
+        let roles = roles.as_ref();
         self.load_tree(env)?;
-        report.items += self.settle(env, false)?;
+        report.items += self.settle(env, roles, false)?;
         let through = env.store.progress(env.user, self.name)?;
         let pending = env.store.messages_after(env.user, through)?;
         let total = pending.len();
@@ -266,8 +358,8 @@ impl Amory {
             if n == 0 {
                 return Ok(report);
             }
-            report.items += self.bind(env, &pending[..n], 0, true)?;
-            report.items += self.settle(env, false)?;
+            report.items += self.bind(env, roles, &pending[..n], 0, true)?;
+            report.items += self.settle(env, roles, false)?;
             report.messages += n;
             i = n;
             progress(i, total);
@@ -279,8 +371,8 @@ impl Amory {
                 break;
             }
             iteration += 1;
-            report.items += self.bind(env, &pending[i..i + n], iteration, false)?;
-            report.items += self.settle(env, false)?;
+            report.items += self.bind(env, roles, &pending[i..i + n], iteration, false)?;
+            report.items += self.settle(env, roles, false)?;
             report.messages += n;
             i += n;
             progress(i, total);
@@ -339,7 +431,7 @@ impl Pipeline for Amory {
     fn flush(&mut self, env: &mut Env<'_>) -> Result<IngestReport> {
         check_embedder(env, self.name)?;
         let mut report = self.run(env, true, &mut |_, _| {})?;
-        report.items += self.settle(env, true)?;
+        report.items += self.settle(env, roles(env.llm).as_ref(), true)?;
         report.live = self.live(env)?;
         self.save(env)?;
         Ok(report)

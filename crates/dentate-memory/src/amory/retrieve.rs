@@ -264,8 +264,7 @@ impl Amory {
         let scores = retrieve::score_leaves(tree, &leaves, &content, &narr, &subs, &entities, &self.cfg.retrieval);
         let mut order: Vec<usize> = (0..leaves.len()).collect();
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-        if let (Some(llm), false) = (env.llm, leaves.is_empty()) {
-            let (chosen, named) = retrieve::llm_choose(llm, query, tree, &leaves, self.cfg.episodic_k.max(1))?;
+        if let Some((chosen, named)) = roles(env.llm).choose(query, tree, &leaves, self.cfg.episodic_k.max(1))? {
             order.retain(|i| !chosen.contains(i));
             order.splice(0..0, chosen);
             for e in named {

@@ -22,6 +22,7 @@ pub mod episode;
 pub mod semantic;
 
 use crate::error::{MemoryError, Result};
+use crate::llm::Llm;
 use crate::pipeline::Cut;
 use crate::pipeline::{
     Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
@@ -91,7 +92,7 @@ pub struct Nemori {
 
 /// The open buffer: messages since the last boundary, with their unit
 /// embeddings (offline only).
-struct Buffer {
+pub(crate) struct Buffer {
     msgs: Vec<Message>,
     vecs: Vec<Vec<f32>>,
 }
@@ -140,7 +141,14 @@ impl Nemori {
     /// it with the buffer position that follows (the open buffer starts at
     /// message `next_start`, 0 when empty; `through` processed); returns
     /// the items made.
-    fn emit(&mut self, env: &mut Env<'_>, segment: &[Message], next_start: i64, through: i64) -> Result<usize> {
+    fn emit(
+        &mut self,
+        env: &mut Env<'_>,
+        roles: &dyn Roles,
+        segment: &[Message],
+        next_start: i64,
+        through: i64,
+    ) -> Result<usize> {
         let Some(first) = segment.first() else { return Ok(0) };
         let annotated: Vec<Message>;
         let segment = if self.cfg.resolve_dates {
@@ -159,10 +167,7 @@ impl Nemori {
             segment
         };
         let seg: Vec<&Message> = segment.iter().collect();
-        let ep: Episode = match env.llm {
-            Some(llm) => episode::with_llm(llm, &seg)?,
-            None => episode::extractive(&seg, self.cfg.narrative_tokens),
-        };
+        let ep = roles.episode(&seg, self.cfg.narrative_tokens)?;
         let ep_text = ep.text();
         let ep_vec = env.embedder.embed(&[ep_text.as_str()])?;
         // Stage 1: what is already known about this episode.
@@ -180,38 +185,7 @@ impl Nemori {
         };
         let dim = env.embedder.dim();
         // Stage 2: the prediction gap, as statements with their vectors.
-        let (statements, vecs): (Vec<Statement>, Vec<f32>) = match env.llm {
-            Some(llm) => {
-                let mut known = Vec::with_capacity(relevant.len());
-                for &id in &relevant {
-                    if let Some(it) = env.store.item(id)? {
-                        known.push(it.text);
-                    }
-                }
-                let prediction = semantic::predict(llm, &ep.title, &known)?;
-                let st = semantic::distill(llm, &prediction, &seg, &sc)?;
-                let texts: Vec<String> = st.iter().map(|s| s.text.clone()).collect();
-                let v = embed_batch(env.embedder, &texts)?;
-                (st, v)
-            }
-            None => {
-                let mut known = Vec::with_capacity(relevant.len());
-                for &id in &relevant {
-                    if let Some(v) = env.store.vector(id)? {
-                        known.push(v);
-                    }
-                }
-                let sents = episode::sentences(&seg);
-                let texts: Vec<String> = sents.iter().map(|s| format!("{}: {}", s.speaker, s.text)).collect();
-                let v = embed_batch(env.embedder, &texts)?;
-                let novel = semantic::novel_sentences(&sents, &v, dim, &known, &sc);
-                let mut kept = Vec::with_capacity(novel.len() * dim);
-                for (i, _) in &novel {
-                    kept.extend_from_slice(&v[i * dim..(i + 1) * dim]);
-                }
-                (novel.into_iter().map(|(_, s)| s).collect(), kept)
-            }
-        };
+        let (statements, vecs) = roles.statements(env, &ep, &seg, &relevant, &sc)?;
         // Stage 3: integration, without near-duplicates of what is stored
         // or of each other.
         let mut step = Step::default();
@@ -268,8 +242,8 @@ impl Nemori {
     }
 
     /// Unit embeddings of `msgs` (offline boundary detection only).
-    fn embed_messages(env: &Env<'_>, msgs: &[Message]) -> Result<Vec<Vec<f32>>> {
-        if env.llm.is_some() {
+    fn embed_messages(env: &Env<'_>, roles: &dyn Roles, msgs: &[Message]) -> Result<Vec<Vec<f32>>> {
+        if roles.calls_model() {
             return Ok(vec![Vec::new(); msgs.len()]);
         }
         let texts: Vec<String> = msgs.iter().map(|m| m.msg.text.clone()).collect();
@@ -282,7 +256,7 @@ impl Nemori {
 
     /// The boundary decision for `m` after `buffer` (`None`: no decision
     /// needed, or batch mode).
-    fn decide(&self, env: &Env<'_>, buffer: &Buffer, m: &Message, v: &[f32]) -> Result<Option<Decision>> {
+    fn decide(&self, roles: &dyn Roles, buffer: &Buffer, m: &Message, v: &[f32]) -> Result<Option<Decision>> {
         let bc = &self.cfg.boundary;
         let Some(last) = buffer.msgs.last() else {
             return Ok(None);
@@ -295,25 +269,7 @@ impl Nemori {
                 reason: "new session".into(),
             }));
         }
-        match env.llm {
-            // Below the smallest buffer only a time gap may end it.
-            None if buffer.msgs.len() < bc.min_buffer => Ok(boundary::time_gap(last, m, bc)),
-            None => {
-                let buf: Vec<(&Message, &[f32])> = buffer
-                    .msgs
-                    .iter()
-                    .zip(&buffer.vecs)
-                    .map(|(m, v)| (m, v.as_slice()))
-                    .collect();
-                Ok(Some(offline_decision(&buf, (m, v), bc)))
-            }
-            Some(_) if matches!(bc.mode, BoundaryMode::Batch { .. }) => Ok(None),
-            Some(llm) if buffer.msgs.len() >= bc.min_buffer => {
-                let refs: Vec<&Message> = buffer.msgs.iter().collect();
-                Ok(Some(llm_decision(llm, &refs, m)?))
-            }
-            Some(_) => Ok(None),
-        }
+        roles.decide(buffer, (m, v), bc)
     }
 
     /// Batch mode: splits `old` with the model and emits every segment
@@ -323,17 +279,19 @@ impl Nemori {
     fn emit_batch(
         &mut self,
         env: &mut Env<'_>,
+        roles: &dyn Roles,
         mut old: Vec<Message>,
         tail: &[Message],
         through: i64,
         all: bool,
     ) -> Result<(usize, Vec<Message>)> {
-        let Some(llm) = env.llm else { return Ok((0, old)) };
         if old.is_empty() {
             return Ok((0, old));
         }
         let refs: Vec<&Message> = old.iter().collect();
-        let lens = llm_segments(llm, &refs)?;
+        let Some(lens) = roles.segments(&refs)? else {
+            return Ok((0, old));
+        };
         let n_emit = if !all && lens.len() > 1 {
             lens.len() - 1
         } else {
@@ -343,7 +301,7 @@ impl Nemori {
         for &len in &lens[..n_emit] {
             let seg: Vec<Message> = old.drain(..len).collect();
             let next_start = old.first().or(tail.first()).map_or(0, |m| m.id);
-            made += self.emit(env, &seg, next_start, through)?;
+            made += self.emit(env, roles, &seg, next_start, through)?;
         }
         Ok((made, old))
     }
@@ -354,6 +312,146 @@ impl Nemori {
             Some(t) => format!("[{}] {text}", human_date(t)),
             None => text,
         }
+    }
+}
+
+/// Nemori's model roles — boundary detection, batch segmentation, episode
+/// generation and the semantic memory's statements — with a model
+/// ([`WithModel`]) or offline ([`Offline`]); [`roles`] picks one, once per
+/// ingest.
+pub(crate) trait Roles {
+    /// Whether a model plays the roles: each decision then costs a call
+    /// (the buffer position is committed after every message), and
+    /// boundary detection needs no message vectors.
+    fn calls_model(&self) -> bool;
+    /// The boundary decision for `m` (with its vector; empty with a
+    /// model) after the non-empty `buffer` in the same session; `None`
+    /// when no decision is needed (or batch mode decides).
+    fn decide(&self, buffer: &Buffer, m: (&Message, &[f32]), bc: &BoundaryConfig) -> Result<Option<Decision>>;
+    /// Batch mode: `msgs` split into segment lengths; `None` offline
+    /// (batch mode needs a model).
+    fn segments(&self, msgs: &[&Message]) -> Result<Option<Vec<usize>>>;
+    /// The episode of a segment.
+    fn episode(&self, seg: &[&Message], narrative_tokens: usize) -> Result<Episode>;
+    /// Stage 2 of the semantic memory: the statements the episode adds to
+    /// what is known (`relevant`: stored statements near it), with their
+    /// vectors.
+    fn statements(
+        &self,
+        env: &Env<'_>,
+        ep: &Episode,
+        seg: &[&Message],
+        relevant: &[i64],
+        sc: &SemanticConfig,
+    ) -> Result<(Vec<Statement>, Vec<f32>)>;
+}
+
+/// [`Roles`] with a model: boundary decisions and batch segmentation by
+/// the model, episodes by [`episode::with_llm`], predict–calibrate
+/// statements ([`semantic::predict`], [`semantic::distill`]).
+pub(crate) struct WithModel<'a>(&'a dyn Llm);
+
+impl Roles for WithModel<'_> {
+    fn calls_model(&self) -> bool {
+        true
+    }
+    fn decide(&self, buffer: &Buffer, (m, _): (&Message, &[f32]), bc: &BoundaryConfig) -> Result<Option<Decision>> {
+        if matches!(bc.mode, BoundaryMode::Batch { .. }) || buffer.msgs.len() < bc.min_buffer {
+            return Ok(None);
+        }
+        let refs: Vec<&Message> = buffer.msgs.iter().collect();
+        Ok(Some(llm_decision(self.0, &refs, m)?))
+    }
+    fn segments(&self, msgs: &[&Message]) -> Result<Option<Vec<usize>>> {
+        Ok(Some(llm_segments(self.0, msgs)?))
+    }
+    fn episode(&self, seg: &[&Message], _: usize) -> Result<Episode> {
+        Ok(episode::with_llm(self.0, seg)?)
+    }
+    fn statements(
+        &self,
+        env: &Env<'_>,
+        ep: &Episode,
+        seg: &[&Message],
+        relevant: &[i64],
+        sc: &SemanticConfig,
+    ) -> Result<(Vec<Statement>, Vec<f32>)> {
+        let mut known = Vec::with_capacity(relevant.len());
+        for &id in relevant {
+            if let Some(it) = env.store.item(id)? {
+                known.push(it.text);
+            }
+        }
+        let prediction = semantic::predict(self.0, &ep.title, &known)?;
+        let st = semantic::distill(self.0, &prediction, seg, sc)?;
+        let texts: Vec<String> = st.iter().map(|s| s.text.clone()).collect();
+        let v = embed_batch(env.embedder, &texts)?;
+        Ok((st, v))
+    }
+}
+
+/// [`Roles`] offline: boundaries from time gaps and embedding similarity,
+/// extractive episodes, novel sentences as statements.
+pub(crate) struct Offline;
+
+impl Roles for Offline {
+    fn calls_model(&self) -> bool {
+        false
+    }
+    fn decide(&self, buffer: &Buffer, (m, v): (&Message, &[f32]), bc: &BoundaryConfig) -> Result<Option<Decision>> {
+        let Some(last) = buffer.msgs.last() else {
+            return Ok(None);
+        };
+        // Below the smallest buffer only a time gap may end it.
+        if buffer.msgs.len() < bc.min_buffer {
+            return Ok(boundary::time_gap(last, m, bc));
+        }
+        let buf: Vec<(&Message, &[f32])> = buffer
+            .msgs
+            .iter()
+            .zip(&buffer.vecs)
+            .map(|(m, v)| (m, v.as_slice()))
+            .collect();
+        Ok(Some(offline_decision(&buf, (m, v), bc)))
+    }
+    fn segments(&self, _: &[&Message]) -> Result<Option<Vec<usize>>> {
+        Ok(None)
+    }
+    fn episode(&self, seg: &[&Message], narrative_tokens: usize) -> Result<Episode> {
+        Ok(episode::extractive(seg, narrative_tokens))
+    }
+    fn statements(
+        &self,
+        env: &Env<'_>,
+        _: &Episode,
+        seg: &[&Message],
+        relevant: &[i64],
+        sc: &SemanticConfig,
+    ) -> Result<(Vec<Statement>, Vec<f32>)> {
+        let dim = env.embedder.dim();
+        let mut known = Vec::with_capacity(relevant.len());
+        for &id in relevant {
+            if let Some(v) = env.store.vector(id)? {
+                known.push(v);
+            }
+        }
+        let sents = episode::sentences(seg);
+        let texts: Vec<String> = sents.iter().map(|s| format!("{}: {}", s.speaker, s.text)).collect();
+        let v = embed_batch(env.embedder, &texts)?;
+        let novel = semantic::novel_sentences(&sents, &v, dim, &known, sc);
+        let mut kept = Vec::with_capacity(novel.len() * dim);
+        for (i, _) in &novel {
+            kept.extend_from_slice(&v[i * dim..(i + 1) * dim]);
+        }
+        Ok((novel.into_iter().map(|(_, s)| s).collect(), kept))
+    }
+}
+
+/// The roles for a run: the model when there is one, else offline.
+pub(crate) fn roles(llm: Option<&dyn Llm>) -> Box<dyn Roles + '_> {
+    match llm {
+        Some(llm) => Box::new(WithModel(llm)),
+        None => Box::new(Offline),
     }
 }
 
@@ -413,22 +511,24 @@ impl Pipeline for Nemori {
         let from = if start > 0 { (start - 1).min(through) } else { through };
         let all = env.store.messages_after(env.user, from)?;
         let (open, new): (Vec<Message>, Vec<Message>) = all.into_iter().partition(|m| m.id <= through);
+        let roles = roles(env.llm);
+        let roles = roles.as_ref();
         let mut buffer = Buffer {
-            vecs: Self::embed_messages(env, &open)?,
+            vecs: Self::embed_messages(env, roles, &open)?,
             msgs: open,
         };
         let mut report = IngestReport::default();
         let bc = self.cfg.boundary.clone();
-        let with_llm = env.llm.is_some();
+        let with_llm = roles.calls_model();
         let batch = with_llm && matches!(bc.mode, BoundaryMode::Batch { .. });
         let mut since_commit = 0usize;
         for (c, chunk) in new.chunks(64).enumerate() {
-            let vecs = Self::embed_messages(env, chunk)?;
+            let vecs = Self::embed_messages(env, roles, chunk)?;
             for (m, v) in chunk.iter().zip(vecs) {
                 let full = buffer.msgs.len() >= bc.max_buffer;
                 let cut = full
                     || self
-                        .decide(env, &buffer, m, &v)?
+                        .decide(roles, &buffer, m, &v)?
                         .is_some_and(|d| d.segments(bc.confidence));
                 if cut && !buffer.msgs.is_empty() {
                     let seg = std::mem::take(&mut buffer.msgs);
@@ -437,9 +537,9 @@ impl Pipeline for Nemori {
                     buffer.vecs.push(v);
                     report.items += if batch {
                         // The model splits what the window had gathered.
-                        self.emit_batch(env, seg, &buffer.msgs, m.id, true)?.0
+                        self.emit_batch(env, roles, seg, &buffer.msgs, m.id, true)?.0
                     } else {
-                        self.emit(env, &seg, m.id, m.id)?
+                        self.emit(env, roles, &seg, m.id, m.id)?
                     };
                     since_commit = 0;
                 } else {
@@ -450,7 +550,7 @@ impl Pipeline for Nemori {
                         && buffer.msgs.len() >= window.max(2)
                     {
                         let old = std::mem::take(&mut buffer.msgs);
-                        let (made, open) = self.emit_batch(env, old, &[], m.id, false)?;
+                        let (made, open) = self.emit_batch(env, roles, old, &[], m.id, false)?;
                         report.items += made;
                         buffer.vecs = vec![Vec::new(); open.len()];
                         buffer.msgs = open;
@@ -491,9 +591,11 @@ impl Pipeline for Nemori {
             .into_iter()
             .take_while(|m| m.id <= through)
             .collect();
-        report.items += match (env.llm, self.cfg.boundary.mode) {
-            (Some(_), BoundaryMode::Batch { .. }) => self.emit_batch(env, msgs, &[], through, true)?.0,
-            _ => self.emit(env, &msgs, 0, through)?,
+        let roles = roles(env.llm);
+        let roles = roles.as_ref();
+        report.items += match (roles.calls_model(), self.cfg.boundary.mode) {
+            (true, BoundaryMode::Batch { .. }) => self.emit_batch(env, roles, msgs, &[], through, true)?.0,
+            _ => self.emit(env, roles, &msgs, 0, through)?,
         };
         report.live = self.episodes.len(env)? + self.semantic.len(env)?;
         self.save(env)?;

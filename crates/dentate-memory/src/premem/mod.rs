@@ -43,6 +43,7 @@ pub mod extract;
 pub mod reason;
 
 use crate::error::{MemoryError, Result};
+use crate::llm::Llm;
 use crate::nemori::boundary::{BoundaryConfig, time_gap};
 use crate::pipeline::Cut;
 use crate::pipeline::{
@@ -287,14 +288,11 @@ impl Premem {
 
     /// Step 1 and the clustering of step 2 for one complete session;
     /// then its reasoning. Returns the searchable items made.
-    fn process_session(&mut self, env: &mut Env<'_>, run: &[Message]) -> Result<usize> {
+    fn process_session(&mut self, env: &mut Env<'_>, roles: &dyn Roles, run: &[Message]) -> Result<usize> {
         let Some(last) = run.last() else { return Ok(0) };
         let seg: Vec<&Message> = run.iter().collect();
         let turn = last.seq + 1;
-        let frags: Vec<Fragment> = match env.llm {
-            Some(llm) => extract::with_llm(llm, &seg)?,
-            None => extract::offline_with(&seg, self.cfg.min_content_words, self.cfg.continuation),
-        };
+        let frags = roles.extract(&seg, &self.cfg)?;
         if frags.is_empty() {
             let step = Step {
                 processed_through: Some(last.id),
@@ -383,13 +381,13 @@ impl Premem {
         for (ci, c) in centroids.into_iter().enumerate() {
             self.centroids.insert(ids[nf + ci], c);
         }
-        Ok(nf + self.finish_pending(env)?)
+        Ok(nf + self.finish_pending(env, roles)?)
     }
 
     /// Step 2's reasoning for every link of the last session not done yet,
     /// one committed step per link, then the pool update. Returns the
     /// reasoning fragments made.
-    fn finish_pending(&mut self, env: &mut Env<'_>) -> Result<usize> {
+    fn finish_pending(&mut self, env: &mut Env<'_>, roles: &dyn Roles) -> Result<usize> {
         let Some(mut p) = Self::pending(env)? else { return Ok(0) };
         let new_ids: Vec<i64> = env
             .store
@@ -418,7 +416,7 @@ impl Premem {
                 let cid = *new_ids.get(ci).ok_or_else(|| {
                     MemoryError::Invalid(format!("premem state links cluster {ci} of {}", new_ids.len()))
                 })?;
-                self.reason_pair(env, pid, cid, &names, &mut step)?;
+                self.reason_pair(env, roles, (pid, cid), &names, &mut step)?;
                 p.done += 1;
             }
             let finished = p.done >= p.links.len();
@@ -450,7 +448,14 @@ impl Premem {
 
     /// The reasoning fragments of the linked pair (`older`, `newer`) added
     /// to `step`.
-    fn reason_pair(&self, env: &Env<'_>, older: i64, newer: i64, names: &[String], step: &mut Step) -> Result<()> {
+    fn reason_pair(
+        &self,
+        env: &Env<'_>,
+        roles: &dyn Roles,
+        (older, newer): (i64, i64),
+        names: &[String],
+        step: &mut Step,
+    ) -> Result<()> {
         let old = Self::fragments_of(env, older)?;
         let new = Self::fragments_of(env, newer)?;
         if old.is_empty() || new.is_empty() {
@@ -458,10 +463,7 @@ impl Premem {
         }
         let ok: Vec<Known> = old.iter().map(|f| f.known.clone()).collect();
         let nk: Vec<Known> = new.iter().map(|f| f.known.clone()).collect();
-        let insights = match env.llm {
-            Some(llm) => reason::with_llm(llm, &ok, &nk, self.cfg.reason.max_per_pair)?,
-            None => reason::offline(&ok, &nk, &self.cfg.reason, names),
-        };
+        let insights = roles.reason(&ok, &nk, &self.cfg, names)?;
         let all: Vec<&StoredFragment> = old.iter().chain(&new).collect();
         let mut seen: Vec<String> = Vec::new();
         let mut kept = Vec::new();
@@ -501,9 +503,11 @@ impl Premem {
     /// Processes every complete session after the progress mark (all of
     /// them when `all`, the open one too).
     fn run(&mut self, env: &mut Env<'_>, all: bool, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport> {
+        let roles = roles(env.llm);
+        let roles = roles.as_ref();
         check_embedder(env, NAME)?;
         let mut report = IngestReport {
-            items: self.finish_pending(env)?,
+            items: self.finish_pending(env, roles)?,
             ..Default::default()
         };
         let through = env.store.progress(env.user, NAME)?;
@@ -515,7 +519,7 @@ impl Premem {
                 .is_some_and(|r| r.len() < self.cfg.max_session_messages.max(1));
         let complete = &runs[..runs.len() - usize::from(open)];
         for run in complete {
-            report.items += self.process_session(env, run)?;
+            report.items += self.process_session(env, roles, run)?;
             report.messages += run.len();
             progress(report.messages, msgs.len());
         }
@@ -547,6 +551,66 @@ impl Premem {
     /// Items render as stored: `[time] key: content`.
     fn render(item: &Item) -> String {
         item.text.clone()
+    }
+}
+
+/// PREMem's two model roles, with a model ([`WithModel`]) or offline
+/// ([`Offline`]); [`roles`] picks one, once per ingest.
+pub trait Roles {
+    /// Step 1: a session's memory fragments.
+    fn extract(&self, session: &[&Message], cfg: &PrememConfig) -> Result<Vec<Fragment>>;
+    /// Step 2: what follows from a linked pair of clusters' knowledge
+    /// (`names`: the speakers, lower case).
+    fn reason(
+        &self,
+        older: &[Known],
+        newer: &[Known],
+        cfg: &PrememConfig,
+        names: &[String],
+    ) -> Result<Vec<reason::Insight>>;
+}
+
+/// [`Roles`] with a model ([`extract::with_llm`], [`reason::with_llm`]).
+pub struct WithModel<'a>(pub &'a dyn Llm);
+
+impl Roles for WithModel<'_> {
+    fn extract(&self, session: &[&Message], _: &PrememConfig) -> Result<Vec<Fragment>> {
+        Ok(extract::with_llm(self.0, session)?)
+    }
+    fn reason(
+        &self,
+        older: &[Known],
+        newer: &[Known],
+        cfg: &PrememConfig,
+        _: &[String],
+    ) -> Result<Vec<reason::Insight>> {
+        Ok(reason::with_llm(self.0, older, newer, cfg.reason.max_per_pair)?)
+    }
+}
+
+/// [`Roles`] offline ([`extract::offline_with`], [`reason::offline`]).
+pub struct Offline;
+
+impl Roles for Offline {
+    fn extract(&self, session: &[&Message], cfg: &PrememConfig) -> Result<Vec<Fragment>> {
+        Ok(extract::offline_with(session, cfg.min_content_words, cfg.continuation))
+    }
+    fn reason(
+        &self,
+        older: &[Known],
+        newer: &[Known],
+        cfg: &PrememConfig,
+        names: &[String],
+    ) -> Result<Vec<reason::Insight>> {
+        Ok(reason::offline(older, newer, &cfg.reason, names))
+    }
+}
+
+/// The roles for a run: the model when there is one, else offline.
+pub fn roles(llm: Option<&dyn Llm>) -> Box<dyn Roles + '_> {
+    match llm {
+        Some(llm) => Box::new(WithModel(llm)),
+        None => Box::new(Offline),
     }
 }
 

@@ -16,7 +16,7 @@
 use crate::error::Result;
 use crate::llm::{Llm, ask_json};
 use crate::tokens;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 const STOP: &[&str] = &[
     "the", "and", "for", "are", "but", "not", "you", "your", "yours", "all", "any", "can", "had", "has", "have", "her",
@@ -116,7 +116,10 @@ pub fn extractive(prev: &str, speaker: &str, text: &str, stats: &WordStats, max_
         cands.push((0.0, base + i, c));
     }
     for c in &mut cands {
-        let words: HashSet<String> = content_words(&c.2).collect();
+        // Summed in word order: a hash set's order changes per instance,
+        // and with it the last bits of the sum, which broke ties between
+        // equal clauses differently from run to run.
+        let words: BTreeSet<String> = content_words(&c.2).collect();
         let n = c.2.split_whitespace().count().max(1) as f64;
         c.0 = words.iter().map(|w| stats.weight(w)).sum::<f64>() / n.sqrt();
     }
@@ -243,6 +246,34 @@ pub fn summarizer(llm: Option<&dyn Llm>) -> Box<dyn Summarizer + '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extractive_is_the_same_in_every_run() {
+        // Two clauses with the same content words in another order score
+        // the same; the earlier must win every time. A score summed in a
+        // hash set's (per-instance random) order differs in its last bits
+        // between the two, and then between calls.
+        let mut stats = WordStats::default();
+        let words = [
+            "harbor", "lantern", "violin", "meadow", "copper", "orchard", "glacier", "saffron", "thistle", "marble",
+            "falcon", "juniper",
+        ];
+        for (i, w) in words.iter().enumerate() {
+            for _ in 0..=(i * 7 % 11) {
+                stats.observe(w);
+            }
+        }
+        let a = words.join(" ");
+        let mut rev = words;
+        rev.reverse();
+        let b = rev.join(" ");
+        let text = format!("{a}; {b}");
+        let first = extractive("", "Ann", &text, &stats, 60);
+        assert!(first.contains(&a[..20]), "{first}");
+        for _ in 0..200 {
+            assert_eq!(extractive("", "Ann", &text, &stats, 60), first);
+        }
+    }
 
     #[test]
     fn extractive_keeps_recurring_topics_within_the_limit() {

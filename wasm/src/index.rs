@@ -347,7 +347,7 @@ impl VectorIndex {
             AnyIndex::Flat(i) => {
                 let q = dentate_core::index::check_search(i.len(), &queries, i.dim(), k).map_err(err)?;
                 let k = dentate_core::index::clamp_k(k, i.len());
-                let cands = dentate_core::AsyncCompute::top_k_async(&gpu.inner, &q, i.base(), k).await;
+                let cands = dentate_core::AsyncCompute::top_k_async(gpu.inner.as_ref(), &q, i.base(), k).await;
                 dentate_core::IvfPlan::finish(cands, k)
             }
             AnyIndex::IvfPq(i) => crate::gpu::ivf_search(gpu, i, &queries, k, nprobe, rerank)

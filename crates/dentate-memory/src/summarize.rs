@@ -15,6 +15,7 @@
 
 use crate::error::Result;
 use crate::llm::{Llm, ask_json};
+use crate::text::word_runs;
 use crate::tokens;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -30,9 +31,12 @@ const STOP: &[&str] = &[
     "you're", "i've", "don't", "can't", "didn't", "what's",
 ];
 
-/// Content words of a text: lower-case, at least three letters, no stop words.
+/// Content words of a text: its [`crate::text::word_runs`] split at curly
+/// apostrophes, straight ones trimmed from the ends (kept inside: `don't`
+/// is one stop word), lower-case, at least three letters, no stop words.
 fn content_words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '\''))
+    word_runs(text)
+        .flat_map(|w| w.split('’'))
         .map(|w| w.trim_matches('\'').to_lowercase())
         .filter(|w| w.chars().count() >= 3 && !STOP.contains(&w.as_str()))
 }
@@ -246,6 +250,12 @@ pub fn summarizer(llm: Option<&dyn Llm>) -> Box<dyn Summarizer + '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_words_keep_straight_apostrophes_and_split_curly_ones() {
+        let got: Vec<String> = content_words("Bob's don't it’s o'clock 'quoted' rock’n’roll the").collect();
+        assert_eq!(got, ["bob's", "o'clock", "quoted", "rock", "roll"]);
+    }
 
     #[test]
     fn extractive_is_the_same_in_every_run() {

@@ -1,11 +1,12 @@
-//! The word splitter of the memory layer: what the evaluation metrics and
-//! the pipelines mean by "the words of a text".
+//! The word splitter of the memory layer: where the evaluation metrics,
+//! HEMA's summaries and the pipelines draw word boundaries ([`word_runs`]).
 //!
-//! HEMA's extractive summarizer ([`crate::summarize`]) still splits with
-//! its own rule (straight apostrophes kept inside a word, so `Bob's` and
-//! `Bob` are two words there): switching it to this one changes which
-//! clauses it keeps, so it waits for a change that re-measures HEMA, not a
-//! restructuring that must leave every figure as it was.
+//! Each consumer then normalises apostrophes its own way: [`words`] drops
+//! a possessive and splits at apostrophes (`Bob's` → `bob`, as answers are
+//! compared); HEMA's extractive summarizer ([`crate::summarize`]) keeps a
+//! straight apostrophe inside its word (`don't` is one stop word there)
+//! and splits at a curly one, exactly as it always has, so its summaries —
+//! and every figure measured on them — are unchanged.
 //!
 //! The hashing embedder (`dentate-embed`) and BM25 (`dentate-core`'s
 //! analyzer) keep analyzers of their own: they live in crates below this
@@ -15,10 +16,18 @@
 
 use std::collections::BTreeSet;
 
-/// Lower-cased alphanumeric tokens of `text` (maximal runs of Unicode
-/// letters and digits), with a possessive `'s` dropped.
-pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+/// The raw tokens of `text`: maximal runs of Unicode letters, digits and
+/// apostrophes (`'` and `’`), as written. Every word of the memory layer
+/// comes from here.
+pub fn word_runs(text: &str) -> impl Iterator<Item = &str> + '_ {
     text.split(|c: char| !c.is_alphanumeric() && c != '\'' && c != '’')
+        .filter(|w| !w.is_empty())
+}
+
+/// Lower-cased alphanumeric words of `text` ([`word_runs`] split at their
+/// apostrophes), with a possessive `'s` dropped.
+pub fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    word_runs(text)
         .flat_map(|w| {
             let w = w.strip_suffix("'s").or_else(|| w.strip_suffix("’s")).unwrap_or(w);
             w.split(['\'', '’'])

@@ -20,12 +20,22 @@ dir=${3:?usage}
 rounds=${4:-3}
 threads=${5:-2}
 base="$dir/base.fvecs" queries="$dir/queries.fvecs" gt="$dir/gt.ivecs"
-# case name | build arguments | search arguments
-cases=(
-    "exact|--index flat --precision f16|"
-    "fastscan-ivf256-m96|--index ivffastscan --nlist 256 --m 96|--nprobe 16,32 --rerank 4"
-    "ivfpq8-ivf1024-m48|--index ivfpq --nlist 1024 --m 48|--nprobe 32 --rerank 8"
-)
+# case name | build arguments | search arguments. AB_SET=race takes the
+# fast-scan race's winning configurations instead (BENCHMARKS.md).
+if [[ ${AB_SET:-} == race ]]; then
+    cases=(
+        "race-exact|--index flat --precision f16|"
+        "race-fs-ivf256-m96-opq|--index ivffastscan --nlist 256 --m 96 --opq|--nprobe 16,32 --rerank 4"
+        "race-fs-ivf1024-m192|--index ivffastscan --nlist 1024 --m 192|--nprobe 32 --rerank 4"
+        "race-opq-ivfpq8-ivf1024-m48|--index ivfpq --nlist 1024 --m 48 --opq|--nprobe 32 --rerank 8"
+    )
+else
+    cases=(
+        "exact|--index flat --precision f16|"
+        "fastscan-ivf256-m96|--index ivffastscan --nlist 256 --m 96|--nprobe 16,32 --rerank 4"
+        "ivfpq8-ivf1024-m48|--index ivfpq --nlist 1024 --m 48|--nprobe 32 --rerank 8"
+    )
+fi
 for c in "${cases[@]}"; do
     IFS='|' read -r name build _ <<<"$c"
     f="$dir/ab-$name.dnt"

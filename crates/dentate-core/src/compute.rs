@@ -101,8 +101,9 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
 /// is the [`Compute`] method of the same name and the same contract): the
 /// form a backend whose device answers asynchronously implements natively
 /// (WebGPU in the browser), and which [`crate::CpuCompute`] implements with
-/// futures that are ready at once. A kernel added to [`Compute`] must be
-/// added here too, or the backends' implementations stop compiling.
+/// futures that are ready at once. Both backends implement both traits, so
+/// a method added to either (without a default) does not compile until
+/// both backends have it.
 // The futures are not `Send` on purpose: the browser's are not, and a GPU
 // backend holds its device lock across awaits.
 #[allow(async_fn_in_trait)]

@@ -20,6 +20,30 @@ pub enum Floats {
     F16(Vec<f16>),
 }
 
+impl Floats {
+    /// An empty buffer of `precision`.
+    fn empty(precision: crate::Precision) -> Self {
+        match precision {
+            crate::Precision::F32 => Floats::F32(Vec::new()),
+            crate::Precision::F16 => Floats::F16(Vec::new()),
+        }
+    }
+    /// Components held.
+    fn len(&self) -> usize {
+        match self {
+            Floats::F32(v) => v.len(),
+            Floats::F16(v) => v.len(),
+        }
+    }
+    /// The precision of the components.
+    fn precision(&self) -> crate::Precision {
+        match self {
+            Floats::F32(_) => crate::Precision::F32,
+            Floats::F16(_) => crate::Precision::F16,
+        }
+    }
+}
+
 /// A growable matrix of `len` rows × `dim` columns in panel layout.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Panels {
@@ -31,10 +55,7 @@ pub struct Panels {
 impl Panels {
     /// An empty matrix of the given dimension and precision.
     pub fn new(dim: usize, precision: crate::Precision) -> Self {
-        let data = match precision {
-            crate::Precision::F32 => Floats::F32(Vec::new()),
-            crate::Precision::F16 => Floats::F16(Vec::new()),
-        };
+        let data = Floats::empty(precision);
         Panels { dim, len: 0, data }
     }
 
@@ -50,10 +71,7 @@ impl Panels {
         // `dim` and `len` come from a file: an overflowing product is a
         // mismatch, never a wrapped size that happens to agree.
         let want = len.div_ceil(PANEL).checked_mul(PANEL)?.checked_mul(dim)?;
-        let have = match &data {
-            Floats::F32(v) => v.len(),
-            Floats::F16(v) => v.len(),
-        };
+        let have = data.len();
         (have == want).then_some(Panels { dim, len, data })
     }
 
@@ -75,10 +93,7 @@ impl Panels {
     }
     /// Storage precision.
     pub fn precision(&self) -> crate::Precision {
-        match self.data {
-            Floats::F32(_) => crate::Precision::F32,
-            Floats::F16(_) => crate::Precision::F16,
-        }
+        self.data.precision()
     }
     /// The raw panel buffer.
     pub fn data(&self) -> &Floats {
@@ -200,19 +215,13 @@ pub struct RowMajor {
 impl RowMajor {
     /// An empty store.
     pub fn new(dim: usize, precision: crate::Precision) -> Self {
-        let data = match precision {
-            crate::Precision::F32 => Floats::F32(Vec::new()),
-            crate::Precision::F16 => Floats::F16(Vec::new()),
-        };
+        let data = Floats::empty(precision);
         RowMajor { dim, data }
     }
     /// Rebuilds from a raw buffer (file reader); `None` when the length is ragged.
     pub(crate) fn from_raw(dim: usize, data: Floats) -> Option<Self> {
-        let n = match &data {
-            Floats::F32(v) => v.len(),
-            Floats::F16(v) => v.len(),
-        };
-        (dim > 0 && n % dim == 0).then_some(RowMajor { dim, data })
+        let n = data.len();
+        (dim > 0 && n.is_multiple_of(dim)).then_some(RowMajor { dim, data })
     }
     /// Dimension.
     pub fn dim(&self) -> usize {
@@ -220,10 +229,7 @@ impl RowMajor {
     }
     /// Number of rows.
     pub fn len(&self) -> usize {
-        match &self.data {
-            Floats::F32(v) => v.len() / self.dim.max(1),
-            Floats::F16(v) => v.len() / self.dim.max(1),
-        }
+        self.data.len() / self.dim.max(1)
     }
     /// True when empty.
     pub fn is_empty(&self) -> bool {
@@ -231,10 +237,7 @@ impl RowMajor {
     }
     /// Storage precision.
     pub fn precision(&self) -> crate::Precision {
-        match self.data {
-            Floats::F32(_) => crate::Precision::F32,
-            Floats::F16(_) => crate::Precision::F16,
-        }
+        self.data.precision()
     }
     /// The raw buffer.
     pub fn data(&self) -> &Floats {

@@ -1,11 +1,6 @@
 // k-means centroid update and the pairwise distances of the silhouette
 // score. (Assignment is the top-1 search of topk.wgsl with a per-centroid
 // bias: zero for cosine, −‖c‖²/2 for L2.)
-//
-// The host prepends:
-//   CB  clusters per workgroup of the centroid update
-//   DC  dimensions per workgroup of the centroid update (CB × DC floats of
-//       workgroup memory)
 
 struct SumParams {
     n: u32,
@@ -16,67 +11,31 @@ struct SumParams {
 
 @group(0) @binding(0) var<uniform> SP: SumParams;
 @group(0) @binding(1) var<storage, read> points: array<f32>;
-@group(0) @binding(2) var<storage, read> assign: array<u32>;
+@group(0) @binding(2) var<storage, read> order: array<u32>;
 @group(0) @binding(3) var<storage, read_write> sums: array<f32>;
-@group(0) @binding(4) var<storage, read_write> counts: array<u32>;
+@group(0) @binding(4) var<storage, read> offsets: array<u32>;
 
-var<workgroup> acc: array<f32, CB * DC>;
-var<workgroup> cnt: array<u32, CB>;
-
-// Workgroup (x, y) owns clusters x·CB .. x·CB+CB and dimensions y·DC ..
-// y·DC+DC. It walks the points in order and adds each point of its clusters
-// into workgroup memory; thread t owns dimensions t, t+256, …, so every sum
-// is accumulated by one thread in point order: the result does not depend
-// on scheduling (bit-reproducible), and no float atomics are needed. The
-// sums already in `sums`/`counts` are continued, so a point set larger than
-// one storage binding is processed chunk after chunk.
-@compute @workgroup_size(256)
+// Thread (j, c): dimension j of cluster c's sum. The host has sorted the
+// points by cluster (a stable counting sort: `order` lists cluster c's
+// points, in point order, from offsets[c] to offsets[c + 1]), so one
+// thread adds its cluster's points in point order: the result does not
+// depend on scheduling (bit-reproducible), no float atomics are needed,
+// and every (cluster, dimension) runs in parallel. The sums already in
+// `sums` are continued, so a point set larger than one storage binding is
+// processed chunk after chunk.
+@compute @workgroup_size(64)
 fn cluster_sums(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let c0 = wg.x * CB;
-    let dc0 = wg.y * DC;
-    let nc = min(CB, SP.k - c0);
-    let dn = min(DC, SP.d - dc0);
-    for (var i = li; i < CB * DC; i += 256u) {
-        let c = i / DC;
-        let dd = i % DC;
-        var v = 0.0;
-        if c < nc && dd < dn {
-            v = sums[(c0 + c) * SP.d + dc0 + dd];
-        }
-        acc[i] = v;
+    let c = wg.x;
+    let j = wg.y * 64u + li;
+    if c >= SP.k || j >= SP.d {
+        return;
     }
-    if li < CB {
-        var v = 0u;
-        if li < nc {
-            v = counts[c0 + li];
-        }
-        cnt[li] = v;
+    var s = sums[c * SP.d + j];
+    let end = offsets[c + 1u];
+    for (var i = offsets[c]; i < end; i += 1u) {
+        s += points[order[i] * SP.d + j];
     }
-    workgroupBarrier();
-    for (var p = 0u; p < SP.n; p += 1u) {
-        let c = assign[p];
-        if c >= c0 && c < c0 + nc {
-            let cl = c - c0;
-            let src = p * SP.d + dc0;
-            for (var dd = li; dd < dn; dd += 256u) {
-                acc[cl * DC + dd] += points[src + dd];
-            }
-            if li == 0u {
-                cnt[cl] += 1u;
-            }
-        }
-    }
-    workgroupBarrier();
-    for (var i = li; i < CB * DC; i += 256u) {
-        let c = i / DC;
-        let dd = i % DC;
-        if c < nc && dd < dn {
-            sums[(c0 + c) * SP.d + dc0 + dd] = acc[i];
-        }
-    }
-    if li < nc && wg.y == 0u {
-        counts[c0 + li] = cnt[li];
-    }
+    sums[c * SP.d + j] = s;
 }
 
 struct DistParams {

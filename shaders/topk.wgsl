@@ -1,36 +1,66 @@
-// Batched inner-product scoring with fused top-k, the merge pass that
-// reduces partial top-k lists, and plain score matrices (a · bᵀ).
+// Exact batched scoring as a tiled GEMM, the per-segment top-k select that
+// follows it, and the merge of sorted candidate lists (shared with the PQ
+// scans of pq.wgsl).
 //
 // The host prepends the constants of a variant:
-//   K    slots per top-k list (a power of two ≥ the k asked for)
-//   TQ   queries per workgroup
-//   TS   threads per query (TQ × TS = workgroup size)
+//   TQ   queries per thread of `gemm` (1 or 4): a tile is 16·TQ queries × 128 rows
 //   F16  base stored as f16 pairs in u32 words (unpacked to f32), else f32
-//   G    lists merged by one thread of the merge pass
+//   SEG  scores per `segsel` segment (1,024 to 4,096, by workgroup memory)
 //
-// Base rows are in the core's panel layout: 16 rows per panel,
-// dimension-major inside a panel, so the 8 rows a thread scores for one
-// dimension are 8 consecutive elements (two vec4 loads in f32, one in f16).
-// Every comparison orders by score descending, then id ascending (ids are
-// u64 as lo/hi words), so the device and the CPU return the same ids.
-// `Cand`, `better`, NONE and NEG come from common.wgsl, which the host
-// puts in front.
+// `gemm` computes a tile of queries × rows per workgroup. Slabs of 16
+// dimensions of both operands are staged in workgroup memory; each of the
+// 256 threads keeps a register tile of TQ queries × 8 rows, so a step reads
+// (TQ + 8) floats from workgroup memory for 8·TQ multiply-adds. Base rows
+// are in the core's panel layout (16 rows per panel, dimension-major inside
+// a panel): the 16 × 16 values of a panel's slab are 64 consecutive vec4s.
+// The scores of a block of rows go to a score buffer (or, for score
+// matrices, straight to the output).
+//
+// `segsel` turns a segment of SEG scores of one query into its sorted best
+// `K` (score descending, then id ascending, as the CPU's `TopK`): scores
+// below the query's running threshold are dropped at once, the survivors
+// are sorted bitonically in workgroup memory, and the segment's K-th best
+// raises the threshold (it bounds the final K-th best from below), so after
+// a query's first segments almost every score is rejected by one
+// comparison. Where more than K survive, a radix select finds the K-th best
+// first and only that many are sorted.
+//
+// `merge` folds two sorted lists into the best K of both with a merge path:
+// each output slot finds its split by binary search, so a list of any
+// length merges without workgroup memory.
+//
+// `Cand`, `better`, NONE and NEG come from common.wgsl, which the host puts
+// in front.
 
-const RPT: u32 = 8u;
+const BR: u32 = 128u;
+const BK: u32 = 16u;
+const BQ: u32 = 16u * TQ;
 
 struct Params {
     d: u32,
     dp4: u32,
+    // rows of the chunk
     n: u32,
-    row0: u32,
+    // first chunk-local row of the block
+    blk0: u32,
+    // rows of the block
+    blk_rows: u32,
     nq: u32,
-    rows_per_slice: u32,
+    // first query of the dispatch in the query buffer
+    q0: u32,
+    // floats per query row of the output
+    stride: u32,
+    // output column of the block's first row
+    col0: u32,
+    flags: u32,
+    // global row of the chunk's first row
+    row0: u32,
+    // lists per query in the partial buffer, first list of this block, K
     lists: u32,
     list0: u32,
-    flags: u32,
-    q0: u32,
+    k: u32,
+    _p0: u32,
     _p1: u32,
-    _p2: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -41,64 +71,158 @@ struct Params {
 @group(0) @binding(5) var<storage, read> bias: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out_top: array<Cand>;
 @group(0) @binding(7) var<storage, read_write> out_mat: array<f32>;
+@group(0) @binding(11) var<storage, read_write> out_len: array<u32>;
+@group(0) @binding(12) var<storage, read_write> thr: array<atomic<u32>>;
 
-struct Row8 {
-    a: vec4<f32>,
-    b: vec4<f32>,
-}
-
-// Rows `lane..lane+8` of panel `p`, dimension `j` (chunk-local).
-fn load8(p: u32, j: u32, lane: u32) -> Row8 {
-    let e = p * 16u * P.d + j * 16u + lane;
-    if F16 {
-        let w = base[e / 8u];
-        return Row8(
-            vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)),
-            vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)),
-        );
-    }
-    let i = e / 4u;
-    return Row8(bitcast<vec4<f32>>(base[i]), bitcast<vec4<f32>>(base[i + 1u]));
-}
-
-// Inner products of query `q` (dispatch-local) with rows `r0..r0+8`.
-fn dot8(q: u32, r0: u32) -> Row8 {
-    let p = r0 / 16u;
-    let lane = r0 % 16u;
-    var a = vec4<f32>(0.0);
-    var b = vec4<f32>(0.0);
-    let qb = (P.q0 + q) * P.dp4;
-    let full = P.d / 4u;
-    for (var j4 = 0u; j4 < full; j4 += 1u) {
-        let qv = queries[qb + j4];
-        let j = 4u * j4;
-        let x0 = load8(p, j, lane);
-        a += qv.x * x0.a;
-        b += qv.x * x0.b;
-        let x1 = load8(p, j + 1u, lane);
-        a += qv.y * x1.a;
-        b += qv.y * x1.b;
-        let x2 = load8(p, j + 2u, lane);
-        a += qv.z * x2.a;
-        b += qv.z * x2.b;
-        let x3 = load8(p, j + 3u, lane);
-        a += qv.w * x3.a;
-        b += qv.w * x3.b;
-    }
-    for (var j = 4u * full; j < P.d; j += 1u) {
-        let qv = queries[qb + j / 4u][j % 4u];
-        let x = load8(p, j, lane);
-        a += qv * x.a;
-        b += qv * x.b;
-    }
-    return Row8(a, b);
-}
+// Slabs: queries as [dim][query / 4] (a thread's TQ queries are one vec4
+// when TQ = 4), rows as [dim][row / 4].
+var<workgroup> qs: array<vec4<f32>, BK * BQ / 4u>;
+var<workgroup> bs: array<vec4<f32>, BK * BR / 4u>;
 
 fn is_alive(local: u32) -> bool {
     if (P.flags & 2u) == 0u {
         return true;
     }
     return ((alive[local / 32u] >> (local % 32u)) & 1u) == 1u;
+}
+
+// Stages dimensions k0..k0+16 of the tile's 128 rows (8 panels from panel
+// p0) and of its BQ queries (from dispatch-local query tq0).
+fn stage(li: u32, k0: u32, p0: u32, tq0: u32) {
+    let npanels = (P.n + 15u) / 16u;
+    if F16 {
+        // 16 dims × 16 lanes = 256 halves = 32 vec4<u32> per panel.
+        let pp = li / 32u;
+        let w = li % 32u;
+        let kk = w / 2u;
+        let lane0 = (w % 2u) * 8u;
+        let j = k0 + kk;
+        var a = vec4<f32>(0.0);
+        var b = vec4<f32>(0.0);
+        if p0 + pp < npanels && j < P.d {
+            let v = base[((p0 + pp) * 16u * P.d + j * 16u + lane0) / 8u];
+            a = vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));
+            b = vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w));
+        }
+        let o = kk * (BR / 4u) + pp * 4u + lane0 / 4u;
+        bs[o] = a;
+        bs[o + 1u] = b;
+    } else {
+        // 64 vec4 per panel, 512 in all: two per thread.
+        for (var t = 0u; t < 2u; t += 1u) {
+            let v = li + t * 256u;
+            let pp = v / 64u;
+            let w = v % 64u;
+            let kk = w / 4u;
+            let lane0 = (w % 4u) * 4u;
+            let j = k0 + kk;
+            var x = vec4<f32>(0.0);
+            if p0 + pp < npanels && j < P.d {
+                x = bitcast<vec4<f32>>(base[((p0 + pp) * 16u * P.d + j * 16u + lane0) / 4u]);
+            }
+            bs[kk * (BR / 4u) + pp * 4u + lane0 / 4u] = x;
+        }
+    }
+    // Queries as [dim][query / 4]: thread v stages dimension v / (BQ/4) of
+    // queries 4·(v % (BQ/4)).. as one vec4.
+    for (var v = li; v < BK * BQ / 4u; v += 256u) {
+        let kk = v / (BQ / 4u);
+        let q4 = (v % (BQ / 4u)) * 4u;
+        let j = k0 + kk;
+        var x = vec4<f32>(0.0);
+        if j < P.d {
+            let jv = j / 4u;
+            let jc = j % 4u;
+            for (var e = 0u; e < 4u; e += 1u) {
+                if tq0 + q4 + e < P.nq {
+                    x[e] = queries[(P.q0 + tq0 + q4 + e) * P.dp4 + jv][jc];
+                }
+            }
+        }
+        qs[v] = x;
+    }
+}
+
+// Writes the scores `x` of query `q` (dispatch-local) against chunk-local
+// rows r0..r0+4: bias added, dead rows NEG, rows past the block or the
+// chunk left alone.
+fn emit(q: u32, r0: u32, x: vec4<f32>) {
+    if q >= P.nq {
+        return;
+    }
+    let end = min(P.blk0 + P.blk_rows, P.n);
+    for (var c = 0u; c < 4u; c += 1u) {
+        let r = r0 + c;
+        if r >= end {
+            return;
+        }
+        var s = x[c];
+        if (P.flags & 4u) != 0u {
+            s += bias[r];
+        }
+        if !is_alive(r) {
+            s = NEG;
+        }
+        out_mat[q * P.stride + P.col0 + (r - P.blk0)] = s;
+    }
+}
+
+// Scores of a tile: queries wg.y·BQ.., rows blk0 + wg.x·128.. (chunk-local).
+// Thread (tq, tr) owns queries tq·TQ.. and rows tr·4..+4 and 64+tr·4..+4.
+// Dead rows score NEG; rows past the block are not written.
+@compute @workgroup_size(256)
+fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let tq = li / 16u;
+    let tr = li % 16u;
+    let tile_r = P.blk0 + wg.x * BR;
+    let tq0 = wg.y * BQ;
+    let r = tile_r + tr * 4u;
+    // The register tile, spelled out (no dynamically indexed arrays, which
+    // some compilers keep in memory): c{2i} rows r.., c{2i+1} rows r+64..
+    // of query i.
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
+    var c4 = vec4<f32>(0.0);
+    var c5 = vec4<f32>(0.0);
+    var c6 = vec4<f32>(0.0);
+    var c7 = vec4<f32>(0.0);
+    for (var k0 = 0u; k0 < P.d; k0 += BK) {
+        stage(li, k0, tile_r / 16u, tq0);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk += 1u) {
+            let b0 = bs[kk * (BR / 4u) + tr];
+            let b1 = bs[kk * (BR / 4u) + 16u + tr];
+            if TQ == 4u {
+                let a = qs[kk * (BQ / 4u) + tq];
+                c0 += a.x * b0;
+                c1 += a.x * b1;
+                c2 += a.y * b0;
+                c3 += a.y * b1;
+                c4 += a.z * b0;
+                c5 += a.z * b1;
+                c6 += a.w * b0;
+                c7 += a.w * b1;
+            } else {
+                let a = qs[kk * (BQ / 4u) + tq / 4u][tq % 4u];
+                c0 += a * b0;
+                c1 += a * b1;
+            }
+        }
+        workgroupBarrier();
+    }
+    let q = tq0 + tq * TQ;
+    emit(q, r, c0);
+    emit(q, r + 64u, c1);
+    if TQ == 4u {
+        emit(q + 1u, r, c2);
+        emit(q + 1u, r + 64u, c3);
+        emit(q + 2u, r, c4);
+        emit(q + 2u, r + 64u, c5);
+        emit(q + 3u, r, c6);
+        emit(q + 3u, r + 64u, c7);
+    }
 }
 
 // Caller id (lo, hi) of a chunk-local row.
@@ -109,185 +233,306 @@ fn id_of(local: u32) -> vec2<u32> {
     return vec2<u32>(P.row0 + local, 0u);
 }
 
-// A slot of a per-thread list: score and chunk-local row (8 bytes, so a
-// list of 256 stays within what software rasterizers give an invocation;
-// ids are read only to break exact ties).
-struct Slot {
-    s: f32,
-    r: u32,
+// Order-preserving u32 key of a float (larger float, larger key).
+fn key(s: f32) -> u32 {
+    let b = bitcast<u32>(s);
+    if (b & 0x80000000u) != 0u {
+        return ~b;
+    }
+    return b | 0x80000000u;
 }
 
-fn slot_better(s1: f32, r1: u32, b: Slot) -> bool {
-    if b.r == NONE {
+var<workgroup> sk: array<f32, SEG>;
+var<workgroup> sr: array<u32, SEG>;
+var<workgroup> count: atomic<u32>;
+var<workgroup> count_u: u32;
+var<workgroup> hist: array<atomic<u32>, 256>;
+var<workgroup> pick: vec2<u32>;
+
+// (s1, r1) ranks before (s2, r2): score descending, then id ascending;
+// NONE rows last.
+fn slot_before(s1: f32, r1: u32, s2: f32, r2: u32) -> bool {
+    if r2 == NONE {
         return r1 != NONE;
     }
     if r1 == NONE {
         return false;
     }
-    if s1 != b.s {
-        return s1 > b.s;
+    if s1 != s2 {
+        return s1 > s2;
     }
     let x = id_of(r1);
-    let y = id_of(b.r);
+    let y = id_of(r2);
     if x.y != y.y {
         return x.y < y.y;
     }
     return x.x < y.x;
 }
 
-// One workgroup scores TQ queries against one slice of the chunk's rows;
-// each thread keeps a sorted top-K of the rows it scored and writes it as
-// one partial list (list = list0 + slice × TS + thread-in-query).
-@compute @workgroup_size(TQ * TS)
-fn scan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let qs = li / TS;
-    let seg = li % TS;
-    let q = wg.y * TQ + qs;
-    let slice = wg.x;
-    var top: array<Slot, K>;
-    for (var i = 0u; i < K; i += 1u) {
-        top[i] = Slot(NEG, NONE);
-    }
-    if q >= P.nq {
+// Query wg.y (dispatch-local), segment wg.x of the block's scores in
+// `out_mat` (row stride P.stride): its best min(K, survivors) sorted into
+// list list0 + wg.x, their number into `out_len`. Survivors are the live
+// scores at or above the query's threshold. When more than K survive, a
+// radix select over their keys (four 8-bit passes in workgroup memory)
+// finds the K-th best first, so only it and the scores above it (ties
+// included) are sorted; K = 1 is a reduction.
+@compute @workgroup_size(256)
+fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.y;
+    let g = wg.x;
+    let start = g * SEG;
+    let end = min(start + SEG, P.blk_rows);
+    let list = (P.q0 + q) * P.lists + P.list0 + g;
+    var t = atomicLoad(&thr[P.q0 + q]);
+    if P.k == 1u {
+        var best_s = NEG;
+        var best_r = NONE;
+        for (var r = start + li; r < end; r += 256u) {
+            let s = out_mat[q * P.stride + r];
+            if s > NEG && key(s) >= t && slot_before(s, P.blk0 + r, best_s, best_r) {
+                best_s = s;
+                best_r = P.blk0 + r;
+            }
+        }
+        sk[li] = best_s;
+        sr[li] = best_r;
+        workgroupBarrier();
+        for (var w = 128u; w > 0u; w = w / 2u) {
+            if li < w && slot_before(sk[li + w], sr[li + w], sk[li], sr[li]) {
+                sk[li] = sk[li + w];
+                sr[li] = sr[li + w];
+            }
+            workgroupBarrier();
+        }
+        if li == 0u {
+            if sr[0] == NONE {
+                out_len[list] = 0u;
+            } else {
+                let id = id_of(sr[0]);
+                out_top[list] = Cand(sk[0], P.row0 + sr[0], id.x, id.y);
+                out_len[list] = 1u;
+                atomicMax(&thr[P.q0 + q], key(sk[0]));
+            }
+        }
         return;
     }
-    let start = slice * P.rows_per_slice;
-    let end = min(start + P.rows_per_slice, P.n);
-    for (var r0 = start + seg * RPT; r0 < end; r0 += TS * RPT) {
-        let x = dot8(q, r0);
-        for (var t = 0u; t < RPT; t += 1u) {
-            let local = r0 + t;
-            if local >= end {
-                break;
+    if li == 0u {
+        atomicStore(&count, 0u);
+    }
+    workgroupBarrier();
+    var mine = 0u;
+    for (var r = start + li; r < end; r += 256u) {
+        let s = out_mat[q * P.stride + r];
+        if s > NEG && key(s) >= t {
+            mine += 1u;
+        }
+    }
+    atomicAdd(&count, mine);
+    workgroupBarrier();
+    if li == 0u {
+        count_u = atomicLoad(&count);
+    }
+    let c = workgroupUniformLoad(&count_u);
+    if c == 0u {
+        if li == 0u {
+            out_len[list] = 0u;
+        }
+        return;
+    }
+    if c > P.k {
+        // Radix select: the key of the K-th best survivor, a byte at a time
+        // from the top.
+        var prefix = 0u;
+        var want = P.k;
+        for (var digit = 0u; digit < 4u; digit += 1u) {
+            let shift = 24u - 8u * digit;
+            var mask = 0u;
+            if digit > 0u {
+                mask = 0xffffffffu << (shift + 8u);
             }
-            var s: f32;
-            if t < 4u {
-                s = x.a[t];
-            } else {
-                s = x.b[t - 4u];
-            }
-            if (P.flags & 4u) != 0u {
-                s += bias[local];
-            }
-            // Most scores lose to the current K-th best: reject them before
-            // touching ids or the alive bits.
-            if top[K - 1u].r != NONE && s < top[K - 1u].s {
-                continue;
-            }
-            if !is_alive(local) || !slot_better(s, local, top[K - 1u]) {
-                continue;
-            }
-            var i = K - 1u;
-            loop {
-                if i == 0u || !slot_better(s, local, top[i - 1u]) {
-                    break;
+            atomicStore(&hist[li], 0u);
+            workgroupBarrier();
+            for (var r = start + li; r < end; r += 256u) {
+                let s = out_mat[q * P.stride + r];
+                if s > NEG {
+                    let kk = key(s);
+                    if kk >= t && (kk & mask) == prefix {
+                        atomicAdd(&hist[(kk >> shift) & 255u], 1u);
+                    }
                 }
-                top[i] = top[i - 1u];
-                i -= 1u;
             }
-            top[i] = Slot(s, local);
+            workgroupBarrier();
+            if li == 0u {
+                var acc = 0u;
+                var b = 255u;
+                loop {
+                    let h = atomicLoad(&hist[b]);
+                    if acc + h >= want || b == 0u {
+                        pick = vec2<u32>(b, want - acc);
+                        break;
+                    }
+                    acc += h;
+                    b -= 1u;
+                }
+            }
+            let pk = workgroupUniformLoad(&pick);
+            prefix = prefix | (pk.x << shift);
+            want = pk.y;
+        }
+        t = max(t, prefix);
+    }
+    if li == 0u {
+        atomicStore(&count, 0u);
+    }
+    workgroupBarrier();
+    for (var r = start + li; r < end; r += 256u) {
+        let s = out_mat[q * P.stride + r];
+        if s > NEG && key(s) >= t {
+            let i = atomicAdd(&count, 1u);
+            sk[i] = s;
+            sr[i] = P.blk0 + r;
         }
     }
-    let list = P.list0 + slice * TS + seg;
-    let o = ((P.q0 + q) * P.lists + list) * K;
-    for (var i = 0u; i < K; i += 1u) {
-        let t = top[i];
-        if t.r == NONE {
-            out_top[o + i] = Cand(NEG, NONE, 0u, 0u);
-        } else {
-            let id = id_of(t.r);
-            out_top[o + i] = Cand(t.s, P.row0 + t.r, id.x, id.y);
+    workgroupBarrier();
+    if li == 0u {
+        count_u = atomicLoad(&count);
+    }
+    let c2 = workgroupUniformLoad(&count_u);
+    var p2 = 1u;
+    while p2 < c2 {
+        p2 = p2 << 1u;
+    }
+    for (var i = c2 + li; i < p2; i += 256u) {
+        sk[i] = NEG;
+        sr[i] = NONE;
+    }
+    workgroupBarrier();
+    // Bitonic sort, best first.
+    for (var size = 2u; size <= p2; size = size << 1u) {
+        for (var stride = size / 2u; stride > 0u; stride = stride / 2u) {
+            for (var i = li; i < p2 / 2u; i += 256u) {
+                let lo = 2u * stride * (i / stride) + i % stride;
+                let hi = lo + stride;
+                var swap = slot_before(sk[hi], sr[hi], sk[lo], sr[lo]);
+                if (lo & size) != 0u {
+                    swap = slot_before(sk[lo], sr[lo], sk[hi], sr[hi]);
+                }
+                if swap {
+                    let s = sk[lo];
+                    let r = sr[lo];
+                    sk[lo] = sk[hi];
+                    sr[lo] = sr[hi];
+                    sk[hi] = s;
+                    sr[hi] = r;
+                }
+            }
+            workgroupBarrier();
         }
     }
-}
-
-// Score matrix: out_mat[q × lists + row0 + row] = <query q, row> for every
-// row of the chunk (`lists` is the total row count here).
-@compute @workgroup_size(TQ * TS)
-fn scores(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let qs = li / TS;
-    let seg = li % TS;
-    let q = wg.y * TQ + qs;
-    if q >= P.nq {
-        return;
+    let m = min(c2, P.k);
+    let o = list * P.k;
+    for (var i = li; i < m; i += 256u) {
+        let id = id_of(sr[i]);
+        out_top[o + i] = Cand(sk[i], P.row0 + sr[i], id.x, id.y);
     }
-    let start = wg.x * P.rows_per_slice;
-    let end = min(start + P.rows_per_slice, P.n);
-    for (var r0 = start + seg * RPT; r0 < end; r0 += TS * RPT) {
-        let x = dot8(q, r0);
-        let o = q * P.lists + P.row0 + r0;
-        for (var t = 0u; t < RPT; t += 1u) {
-            if r0 + t >= end {
-                break;
-            }
-            if t < 4u {
-                out_mat[o + t] = x.a[t];
-            } else {
-                out_mat[o + t] = x.b[t - 4u];
-            }
+    if li == 0u {
+        out_len[list] = m;
+        if c2 >= P.k {
+            atomicMax(&thr[P.q0 + q], key(sk[P.k - 1u]));
         }
     }
 }
 
 struct MergeParams {
-    in_lists: u32,
+    // lists per query in A and in B (the row stride), and how many of them
+    // hold data (a list past its count is empty)
+    a_stride: u32,
+    b_stride: u32,
+    a_count: u32,
+    b_count: u32,
+    // output lists per query; output list i merges A list i·step + a_off
+    // with B list i·step + b_off
     out_lists: u32,
+    step: u32,
+    a_off: u32,
+    b_off: u32,
     nq: u32,
-    q0: u32,
+    k: u32,
+    // bit 0: lengths in `alen`/`blen` (else every list is K long, padded
+    // with NONE rows); bit 1: pad the output to K with NONE rows
+    mflags: u32,
+    _m0: u32,
 }
 
 @group(0) @binding(8) var<uniform> MP: MergeParams;
-@group(0) @binding(9) var<storage, read> min_: array<Cand>;
+@group(0) @binding(9) var<storage, read> la: array<Cand>;
 @group(0) @binding(10) var<storage, read_write> mout: array<Cand>;
+@group(0) @binding(13) var<storage, read> lb: array<Cand>;
+@group(0) @binding(14) var<storage, read> alen: array<u32>;
+@group(0) @binding(15) var<storage, read> blen: array<u32>;
+@group(0) @binding(16) var<storage, read_write> olen: array<u32>;
 
-// Thread (group g, query q) merges lists g·G .. g·G+G of query q into
-// output list g. Input lists are sorted, so a list is left at its first
-// entry that cannot enter the current top-K. The thread's list holds
-// positions in the input (8-byte slots, as in `scan`).
-@compute @workgroup_size(64)
-fn merge(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let g = gid.x;
-    let q = MP.q0 + gid.y;
-    if g >= MP.out_lists || gid.y >= MP.nq {
-        return;
-    }
-    var top: array<u32, K>;
-    for (var i = 0u; i < K; i += 1u) {
-        top[i] = NONE;
-    }
-    let l_end = min((g + 1u) * G, MP.in_lists);
-    for (var l = g * G; l < l_end; l += 1u) {
-        let b = (q * MP.in_lists + l) * K;
-        for (var e = 0u; e < K; e += 1u) {
-            let c = min_[b + e];
-            if !merge_better(c, top[K - 1u]) {
-                break;
-            }
-            var i = K - 1u;
-            loop {
-                if i == 0u || !merge_better(c, top[i - 1u]) {
-                    break;
-                }
-                top[i] = top[i - 1u];
-                i -= 1u;
-            }
-            top[i] = b + e;
+fn len_of(in_a: bool, list: u32, q: u32) -> u32 {
+    if in_a {
+        if list >= MP.a_count {
+            return 0u;
         }
-    }
-    let o = (q * MP.out_lists + g) * K;
-    for (var i = 0u; i < K; i += 1u) {
-        if top[i] == NONE {
-            mout[o + i] = Cand(NEG, NONE, 0u, 0u);
-        } else {
-            mout[o + i] = min_[top[i]];
+        if (MP.mflags & 1u) == 0u {
+            return MP.k;
         }
+        return alen[q * MP.a_stride + list];
     }
+    if list >= MP.b_count {
+        return 0u;
+    }
+    if (MP.mflags & 1u) == 0u {
+        return MP.k;
+    }
+    return blen[q * MP.b_stride + list];
 }
 
-// `c` before the input entry at position `at` (NONE: an empty slot).
-fn merge_better(c: Cand, at: u32) -> bool {
-    if at == NONE {
-        return c.row != NONE;
+// Workgroup (i, q): output list i of query q, each thread some of its slots.
+@compute @workgroup_size(64)
+fn merge(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let i = wg.x;
+    let q = wg.y;
+    let al = i * MP.step + MP.a_off;
+    let bl = i * MP.step + MP.b_off;
+    let na = len_of(true, al, q);
+    let nb = len_of(false, bl, q);
+    let ao = (q * MP.a_stride + al) * MP.k;
+    let bo = (q * MP.b_stride + bl) * MP.k;
+    let m = min(MP.k, na + nb);
+    let o = (q * MP.out_lists + i) * MP.k;
+    for (var p = li; p < m; p += 64u) {
+        // j = how many of the first p outputs come from A (A first on ties).
+        var lo = select(0u, p - nb, p > nb);
+        var hi = min(p, na);
+        while lo < hi {
+            let mid = (lo + hi) / 2u;
+            if !better(lb[bo + p - mid - 1u], la[ao + mid]) {
+                lo = mid + 1u;
+            } else {
+                hi = mid;
+            }
+        }
+        let j = lo;
+        var take_a = j < na;
+        if take_a && p - j < nb {
+            take_a = !better(lb[bo + p - j], la[ao + j]);
+        }
+        if take_a {
+            mout[o + p] = la[ao + j];
+        } else {
+            mout[o + p] = lb[bo + p - j];
+        }
     }
-    return better(c, min_[at]);
+    if (MP.mflags & 2u) != 0u {
+        for (var p = m + li; p < MP.k; p += 64u) {
+            mout[o + p] = Cand(NEG, NONE, 0u, 0u);
+        }
+    }
+    if li == 0u {
+        olen[q * MP.out_lists + i] = m;
+    }
 }

@@ -7,7 +7,10 @@
 //! The GPU cases need an adapter; `scripts/test.sh` installs Mesa's software
 //! Vulkan driver (llvmpipe), and these tests force it. A machine without any
 //! adapter fails them, unless `DENTATE_GPU_TESTS=skip` says to skip them.
-//! Every GPU case also checks that nothing ran on the CPU fallback.
+//! On a machine with a GPU, `DENTATE_GPU_REQUIRE=hardware` makes them fail
+//! rather than pass on a software adapter (a missing driver would otherwise
+//! leave llvmpipe to answer). Every GPU case also checks that nothing ran
+//! on the CPU fallback.
 
 mod common;
 
@@ -28,7 +31,12 @@ fn reference() -> CpuCompute {
 }
 
 fn skip_gpu() -> bool {
-    std::env::var("DENTATE_GPU_TESTS").is_ok_and(|v| v == "skip")
+    let skip = std::env::var("DENTATE_GPU_TESTS").is_ok_and(|v| v == "skip");
+    assert!(
+        !(skip && dentate::gpu::hardware_required()),
+        "DENTATE_GPU_REQUIRE=hardware and DENTATE_GPU_TESTS=skip contradict each other"
+    );
+    skip
 }
 
 fn open_gpu(options: GpuOptions) -> Option<Arc<GpuCompute>> {
@@ -139,7 +147,16 @@ mod cases {
                 idx.remove(&ids[10..20]);
             }
             let check = |got: &FlatIndex, want: &FlatIndex, stage: &str| {
-                for (nq, k) in [(1, 1), (1, 10), (7, 10), (100, 10), (33, 100), (5, 128)] {
+                for (nq, k) in [
+                    (1, 1),
+                    (1, 10),
+                    (7, 10),
+                    (100, 10),
+                    (33, 100),
+                    (5, 128),
+                    (3, 1_024),
+                    (60, 300),
+                ] {
                     let q = &queries[..nq * dim];
                     let g = backend.top_k(q, got.base(), k);
                     let w = reference().top_k(q, want.base(), k);
@@ -629,9 +646,9 @@ fn gpu_falls_back_beyond_its_kernels() {
         return;
     };
     let dim = 8;
-    let data = synth(1_000, dim, 4, 1);
+    let data = synth(dentate::gpu::MAX_EXACT_K + 100, dim, 4, 1);
     let panels = Panels::from_rows(&data, dim, Precision::F32);
-    let k = dentate::gpu::MAX_K + 1;
+    let k = dentate::gpu::MAX_EXACT_K + 1;
     let got = g.top_k(&data[..dim], BaseRef::plain(&panels), k);
     // The fallback is the CPU backend on this machine's own SIMD path.
     let want = CpuCompute::default().top_k(&data[..dim], BaseRef::plain(&panels), k);

@@ -564,7 +564,11 @@ pub(crate) fn info() {
             a.name,
             a.backend,
             a.device_type,
-            if a.hardware { "" } else { ", used only when forced" },
+            match (a.hardware, dentate_gpu::hardware_required()) {
+                (true, _) => "",
+                (false, false) => ", used only when forced",
+                (false, true) => ", refused: DENTATE_GPU_REQUIRE=hardware",
+            },
             if a.driver.is_empty() { "-" } else { &a.driver }
         );
         println!(

@@ -944,6 +944,27 @@ fn backend_choice_is_reported_and_bad_choices_are_errors() {
     // Forcing the GPU takes it.
     let out = run_ok(dentate().args(["--backend", "gpu", "info"]));
     assert!(out.contains("compute backend:      gpu ("), "{out}");
+    // DENTATE_GPU_REQUIRE=hardware refuses software adapters even when
+    // forced: with only llvmpipe the forced GPU is an error, never a
+    // software "pass".
+    let out = dentate()
+        .args(["--backend", "gpu", "info"])
+        .env("DENTATE_GPU_REQUIRE", "hardware")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if hardware {
+        assert!(out.status.success(), "{err}");
+    } else {
+        assert_eq!(out.status.code(), Some(2), "{text}{err}");
+        assert!(err.contains("DENTATE_GPU_REQUIRE=hardware refuses software"), "{err}");
+        let listed = run_ok(dentate().arg("info").env("DENTATE_GPU_REQUIRE", "hardware"));
+        assert!(
+            listed.contains("refused: DENTATE_GPU_REQUIRE=hardware") || !listed.contains("GPU adapter 0"),
+            "{listed}"
+        );
+    }
     // An unknown backend, and a forced GPU without any Vulkan driver, are
     // clear errors (exit 2), not a silent CPU.
     let out = dentate().arg("info").env("DENTATE_BACKEND", "tpu").output().unwrap();

@@ -22,46 +22,54 @@ impl GpuState {
         if (k * dim) as u64 * 4 > maxb {
             return Err(GpuError::Unsupported(format!("{k} × {dim} sums exceed one binding")));
         }
-        // Workgroup memory: CB clusters × DC dimensions of f32, plus CB counts.
-        let dc = dim.min(1024);
-        let smem = gpu.limits.max_compute_workgroup_storage_size as usize / 4;
-        let cb = (smem / (dc + 1)).clamp(1, 64);
-        let groups_x = k.div_ceil(cb);
-        if groups_x > gpu.max_groups() as usize {
+        if k > gpu.max_groups() as usize {
             return Err(GpuError::Unsupported(format!("{k} clusters exceed one dispatch")));
         }
-        let pipe = gpu
-            .pipeline(
-                wgsl::CLUSTER,
-                "cluster_sums",
-                &[("CB", format!("{cb}u")), ("DC", format!("{dc}u"))],
-                &[],
-                false,
-            )
-            .await?;
+        let pipe = gpu.pipeline(wgsl::CLUSTER, "cluster_sums", &[], &[], false).await?;
         let sums = gpu.zeroed("sums", (k * dim) as u64 * 4);
-        let counts = gpu.zeroed("counts", k as u64 * 4);
+        // The counts are the histogram of the assignments (an assignment
+        // past k belongs to no cluster).
+        let mut counts = vec![0u32; k];
+        for &c in &assign[..n] {
+            if let Some(x) = counts.get_mut(c as usize) {
+                *x += 1;
+            }
+        }
         let per_chunk = ((maxb / (dim as u64 * 4)) as usize).max(1);
         let mut enc = gpu.encoder();
         let mut p0 = 0;
         while p0 < n {
             let np = (n - p0).min(per_chunk);
+            // Stable counting sort of this chunk's points by cluster.
+            let mut offsets = vec![0u32; k + 1];
+            for &c in &assign[p0..p0 + np] {
+                if (c as usize) < k {
+                    offsets[c as usize + 1] += 1;
+                }
+            }
+            for c in 0..k {
+                offsets[c + 1] += offsets[c];
+            }
+            let mut next = offsets.clone();
+            let mut order = vec![0u32; offsets[k] as usize];
+            for (i, &c) in assign[p0..p0 + np].iter().enumerate() {
+                if let Some(slot) = next.get_mut(c as usize).filter(|_| (c as usize) < k) {
+                    order[*slot as usize] = i as u32;
+                    *slot += 1;
+                }
+            }
             let pts = gpu.storage("points", bytemuck::cast_slice(&points[p0 * dim..(p0 + np) * dim]));
-            let asg = gpu.storage("assign", bytemuck::cast_slice(&assign[p0..p0 + np]));
+            let ord = gpu.storage("order", bytemuck::cast_slice(&order));
+            let off = gpu.storage("offsets", bytemuck::cast_slice(&offsets));
             let params = gpu.uniform(&words(&[np as u32, dim as u32, k as u32, 0]));
-            let bind = gpu.bind(&pipe, &[(0, &params), (1, &pts), (2, &asg), (3, &sums), (4, &counts)]);
-            gpu.dispatch(&mut enc, &pipe, &bind, (groups_x as u32, dim.div_ceil(dc) as u32));
+            let bind = gpu.bind(&pipe, &[(0, &params), (1, &pts), (2, &ord), (3, &sums), (4, &off)]);
+            gpu.dispatch(&mut enc, &pipe, &bind, (k as u32, dim.div_ceil(64) as u32));
             p0 += np;
         }
-        gpu.submit(enc);
-        let s = gpu
-            .submit_and_read(gpu.encoder(), &sums, 0, (k * dim) as u64 * 4)
-            .await?;
-        let c = gpu.submit_and_read(gpu.encoder(), &counts, 0, k as u64 * 4).await?;
-        Ok((bytemuck::pod_collect_to_vec(&s), bytemuck::pod_collect_to_vec(&c)))
+        let s = gpu.submit_and_read(enc, &sums, 0, (k * dim) as u64 * 4).await?;
+        Ok((bytemuck::pod_collect_to_vec(&s), counts))
     }
 
-    /// `out[i × k + c]`: summed distances from point i to cluster c.
     pub(crate) async fn distance_sums(
         &mut self,
         points: &Panels,

@@ -10,8 +10,8 @@
 //!
 //! | kernel | CPU (`dentate_core::CpuCompute`) | GPU (this crate) |
 //! |---|---|---|
-//! | `top_k`, `assign` | register-tiled panel GEMM + fused heap | `topk.wgsl` `scan` (per-thread top-K) + `merge` passes |
-//! | `matmul_nt` | panel GEMM tiles | `topk.wgsl` `scores` |
+//! | `top_k`, `assign` | register-tiled panel GEMM + fused heap | `topk.wgsl` `gemm` (tiles staged in workgroup memory) → `segsel` (threshold + bitonic sort per segment) → `merge` (merge path) |
+//! | `matmul_nt` | panel GEMM tiles | `topk.wgsl` `gemm` writing the matrix |
 //! | `cluster_sums` | chunked sums in chunk order | `cluster.wgsl` `cluster_sums` (one owner per sum, point order) |
 //! | `cluster_distance_sums` | Gram tiles | `cluster.wgsl` `distance_sums` |
 //! | `adc_top_k` | per-query table + unrolled scan | `pq.wgsl` `adc` (table in workgroup memory) + `merge` |
@@ -24,13 +24,16 @@
 //! [`dentate_core::BaseRef`], [`dentate_core::InvertedRef`],
 //! [`dentate_core::StoreRef`]) stays on the device between calls and only
 //! appended rows are uploaded; data over the adapter's storage-binding limit
-//! is split into chunks. Top-k never reads scores back: each thread keeps a
-//! sorted list in registers, merge passes fold the lists on the device, and
-//! only `k` candidates per query cross the bus.
+//! is split into chunks. Top-k never reads scores back: exact search scores
+//! a block of rows into a device buffer, sorts each segment's survivors of
+//! a running per-query threshold, and merges the sorted lists on the
+//! device; the PQ scans keep a sorted list per thread and share the merge.
+//! Only `k` candidates per query cross the bus.
 //!
 //! Nothing on the GPU path reaches a caller as a panic or an error: an
-//! operation the kernels do not cover (k > [`MAX_K`] after `k` is clamped
-//! to the rows there are — the core's `k` rule —, inverted lists above
+//! operation the kernels do not cover (k > [`MAX_EXACT_K`] in exact search
+//! or k > [`MAX_K`] in the PQ scans, after `k` is clamped to the rows there
+//! are — the core's `k` rule —, inverted lists above
 //! one binding) or one the device fails (validation, out of memory, device
 //! lost) runs on the CPU backend instead, and [`GpuCompute::fallbacks`]
 //! counts it.
@@ -55,7 +58,7 @@ mod topk;
 
 pub use device::AdapterReport;
 pub use error::{GpuError, Result};
-pub use topk::MAX_K;
+pub use topk::{MAX_EXACT_K, MAX_K};
 
 use dentate_core::salience::SalienceParams;
 use dentate_core::topk::Cand;
@@ -184,6 +187,14 @@ pub struct GpuOptions {
     pub binding_limit: Option<u64>,
 }
 
+/// `DENTATE_GPU_REQUIRE=hardware`: the backend refuses software adapters
+/// (llvmpipe, SwiftShader, WARP) even where they are allowed, so a GPU test
+/// or benchmark run on a machine whose GPU driver is missing fails instead
+/// of passing on an emulation. Any other value, or none, requires nothing.
+pub fn hardware_required() -> bool {
+    std::env::var("DENTATE_GPU_REQUIRE").is_ok_and(|v| v.eq_ignore_ascii_case("hardware"))
+}
+
 /// Device state: the device, and the data kept on it.
 pub(crate) struct GpuState {
     pub gpu: device::Gpu,
@@ -231,7 +242,8 @@ impl GpuCompute {
     /// backend in the browser (WebGPU), where the adapter comes from
     /// `navigator.gpu` and every call is asynchronous.
     pub async fn open(options: GpuOptions) -> Result<Self> {
-        let allow_software = options.allow_software;
+        let require_hardware = hardware_required();
+        let allow_software = options.allow_software && !require_hardware;
         let all = device::enumerate_async().await;
         let found = all.len();
         let adapter = all
@@ -240,6 +252,8 @@ impl GpuCompute {
             .ok_or_else(|| {
                 GpuError::NoAdapter(if found == 0 {
                     "wgpu found no adapter (on Linux: install a Vulkan driver, e.g. mesa-vulkan-drivers; in a browser: WebGPU is off or absent)".into()
+                } else if require_hardware {
+                    format!("{found} adapter(s), none a discrete or integrated GPU, and DENTATE_GPU_REQUIRE=hardware refuses software ones")
                 } else {
                     format!("{found} adapter(s), none a discrete or integrated GPU; force one with DENTATE_BACKEND=gpu")
                 })

@@ -125,7 +125,6 @@ pub(crate) struct ResidentBase {
     rows: usize,
     pub vecs: RowBuffers,
     pub ids: Option<RowBuffers>,
-    pub f16: bool,
 }
 
 impl ResidentBase {
@@ -134,18 +133,24 @@ impl ResidentBase {
         (base.uid, base.epoch, base.panels.dim(), f16, base.ids.is_some())
     }
 
+    /// Rows per chunk of `base` on `gpu` (vectors and ids each within one
+    /// binding).
+    pub fn chunk_rows(gpu: &Gpu, base: &BaseRef<'_>) -> Result<usize> {
+        let elem = if Self::key(base).3 { 2 } else { 4 };
+        let row_bytes = (base.panels.dim() * elem) as u64;
+        Ok(RowBuffers::rows_per_binding(gpu, row_bytes)?.min(RowBuffers::rows_per_binding(gpu, 8)?))
+    }
+
     /// Uploads `base` from scratch.
     pub fn new(gpu: &Gpu, base: &BaseRef<'_>) -> Result<Self> {
         let key = Self::key(base);
-        let elem = if key.3 { 2 } else { 4 };
-        let row_bytes = (base.panels.dim() * elem) as u64;
-        let chunk_rows = RowBuffers::rows_per_binding(gpu, row_bytes)?.min(RowBuffers::rows_per_binding(gpu, 8)?);
+        let chunk_rows = Self::chunk_rows(gpu, base)?;
+        let row_bytes = (base.panels.dim() * if key.3 { 2 } else { 4 }) as u64;
         let mut r = ResidentBase {
             key,
             rows: 0,
             vecs: RowBuffers::new(row_bytes, chunk_rows),
             ids: base.ids.map(|_| RowBuffers::new(8, chunk_rows)),
-            f16: key.3,
         };
         r.append(gpu, base);
         Ok(r)

@@ -8,18 +8,35 @@ use crate::resident::ResidentBase;
 use dentate_core::BaseRef;
 use dentate_core::simd::PANEL;
 use dentate_core::topk::Cand;
+use std::sync::Arc;
 
-/// Largest top-k list the kernels keep (k above it runs on the CPU).
+/// Largest top-k list the PQ scans keep per thread (k above it runs on the
+/// CPU there).
 pub const MAX_K: usize = 128;
-/// Rows a thread scores per pass (the shader's `RPT`).
-const RPT: usize = 8;
-/// Lists one thread of the merge pass folds into one.
-const FAN_IN: usize = 16;
+/// Largest `k` of exact search on the device: its lists are sorted per
+/// segment and merged, with no per-thread list.
+pub const MAX_EXACT_K: usize = 4096;
 /// Bytes of one candidate (`Cand` in the shaders: score, row, id lo, id hi).
 pub(crate) const CAND_BYTES: u64 = 16;
 const NONE: u32 = u32::MAX;
+/// Rows of one `gemm` tile (the shader's `BR`).
+const TILE_ROWS: usize = 128;
+/// Bytes of scores, and of partial lists, one batch keeps on the device.
+const BATCH_BYTES: u64 = 512 << 20;
 
-/// Slots of the top-k lists for `k`.
+/// Scores per `segsel` segment: the largest power of two from 1,024 to
+/// 4,096 whose keys and rows (8 bytes each) and histogram fit the
+/// adapter's workgroup memory (WebGPU's 16 KiB minimum gives 1,024).
+pub(crate) fn seg_len(gpu: &Gpu) -> usize {
+    let mem = gpu.limits.max_compute_workgroup_storage_size as usize;
+    let mut seg = 4096;
+    while seg > 1024 && 8 * seg + 2048 > mem {
+        seg /= 2;
+    }
+    seg
+}
+
+/// Slots of the PQ scans' per-thread top-k lists for `k`.
 pub(crate) fn slots(k: usize) -> Result<usize> {
     if k > MAX_K {
         return Err(GpuError::Unsupported(format!("k = {k} > {MAX_K}")));
@@ -27,15 +44,10 @@ pub(crate) fn slots(k: usize) -> Result<usize> {
     Ok(k.max(1).next_power_of_two())
 }
 
-/// Queries per workgroup and threads per query for a batch of `nq`.
-fn shape(nq: usize) -> (usize, usize) {
-    if nq >= 64 {
-        (32, 8)
-    } else if nq >= 8 {
-        (8, 32)
-    } else {
-        (1, 256)
-    }
+/// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that
+/// many queries).
+fn queries_per_thread(nq: usize) -> usize {
+    if nq >= 48 { 4 } else { 1 }
 }
 
 /// Queries as rows padded to whole vec4s.
@@ -71,9 +83,9 @@ pub(crate) fn decode(bytes: &[u8], nq: usize, kk: usize, k: usize) -> Vec<Vec<Ca
 }
 
 /// Finishes a batch of `nq` queries whose kernels wrote `lists` sorted
-/// lists of `kk` slots each into `partial`: merges them on the device,
-/// submits `enc`, reads back the one list per query and decodes its best `k`.
-#[allow(clippy::too_many_arguments)]
+/// lists of `kk` slots each (padded with NONE rows) into `partial`: merges
+/// them on the device, submits `enc`, reads back the one list per query and
+/// decodes its best `k`.
 pub(crate) async fn finish_batch(
     gpu: &Gpu,
     mut enc: wgpu::CommandEncoder,
@@ -83,142 +95,211 @@ pub(crate) async fn finish_batch(
     kk: usize,
     k: usize,
 ) -> Result<Vec<Vec<Cand>>> {
-    let merged = merge_to_one(gpu, &mut enc, partial, nq, lists, kk).await?;
+    let merger = Merger::new(gpu, nq, kk).await?;
+    let first = Lists {
+        cands: partial,
+        lens: gpu.zeroed("no lengths", 16),
+        stride: lists,
+        count: lists,
+    };
+    let merged = merger.fold(&mut enc, first, false);
     let bytes = gpu
-        .submit_and_read(enc, &merged, 0, (nq * kk) as u64 * CAND_BYTES)
+        .submit_and_read(enc, &merged.cands, 0, (nq * merged.stride * kk) as u64 * CAND_BYTES)
         .await?;
-    Ok(decode(&bytes, nq, kk, k))
+    Ok(decode(&bytes, nq, merged.stride * kk, k))
 }
 
-/// Records merge passes that fold `lists` sorted lists of `kk` slots per
-/// query (in `first`) down to one; returns the buffer holding the result.
-pub(crate) async fn merge_to_one(
-    gpu: &Gpu,
-    enc: &mut wgpu::CommandEncoder,
-    first: wgpu::Buffer,
+/// Sorted candidate lists on the device: `stride` lists of K slots per
+/// query, the first `count` of them in use, with their lengths in `lens`
+/// (when the merge is told there are lengths).
+pub(crate) struct Lists {
+    cands: wgpu::Buffer,
+    lens: wgpu::Buffer,
+    stride: usize,
+    count: usize,
+}
+
+/// Merges of sorted lists of `kk` slots for `nq` queries (`topk.wgsl`
+/// `merge`), recorded into an encoder.
+struct Merger<'g> {
+    gpu: &'g Gpu,
+    pipe: Arc<wgpu::ComputePipeline>,
     nq: usize,
-    mut lists: usize,
     kk: usize,
-) -> Result<wgpu::Buffer> {
-    let pipe = gpu
-        .pipeline(
-            wgsl::TOPK,
-            "merge",
+}
+
+impl<'g> Merger<'g> {
+    async fn new(gpu: &'g Gpu, nq: usize, kk: usize) -> Result<Self> {
+        let pipe = gpu
+            .pipeline(
+                wgsl::TOPK,
+                "merge",
+                &[
+                    ("TQ", "1u".into()),
+                    ("F16", "false".into()),
+                    ("SEG", format!("{}u", seg_len(gpu))),
+                ],
+                &[],
+                false,
+            )
+            .await?;
+        Ok(Merger { gpu, pipe, nq, kk })
+    }
+
+    /// One dispatch: output list i of each query merges list
+    /// `i·step + a_off` of `a` with list `i·step + b_off` of `b`. Flags:
+    /// 1 = the inputs carry lengths, 2 = pad the output with NONE rows.
+    fn pass(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        (a, b, out): (&Lists, &Lists, &Lists),
+        (step, a_off, b_off): (usize, usize, usize),
+        flags: u32,
+    ) {
+        let gpu = self.gpu;
+        let params = gpu.uniform(&words(&[
+            a.stride as u32,
+            b.stride as u32,
+            a.count as u32,
+            b.count as u32,
+            out.stride as u32,
+            step as u32,
+            a_off as u32,
+            b_off as u32,
+            self.nq as u32,
+            self.kk as u32,
+            flags,
+            0,
+        ]));
+        let bind = gpu.bind(
+            &self.pipe,
             &[
-                ("K", format!("{kk}u")),
-                ("TQ", "1u".into()),
-                ("TS", "64u".into()),
-                ("F16", "false".into()),
-                ("G", format!("{FAN_IN}u")),
+                (8, &params),
+                (9, &a.cands),
+                (10, &out.cands),
+                (13, &b.cands),
+                (14, &a.lens),
+                (15, &b.lens),
+                (16, &out.lens),
             ],
-            &[],
-            false,
-        )
-        .await?;
-    let mut cur = first;
-    while lists > 1 {
-        let out_lists = lists.div_ceil(FAN_IN);
-        let out = gpu.zeroed("merged", (nq * out_lists * kk) as u64 * CAND_BYTES);
-        let params = gpu.uniform(&words(&[lists as u32, out_lists as u32, nq as u32, 0]));
-        let bind = gpu.bind(&pipe, &[(8, &params), (9, &cur), (10, &out)]);
-        gpu.dispatch(enc, &pipe, &bind, (out_lists.div_ceil(64) as u32, nq as u32));
-        cur = out;
-        lists = out_lists;
+        );
+        gpu.dispatch(enc, &self.pipe, &bind, (out.count as u32, self.nq as u32));
     }
-    Ok(cur)
-}
 
-struct Plan {
-    tq: usize,
-    ts: usize,
-    rows_per_slice: usize,
-    /// (chunk, first list, slices) per chunk.
-    chunks: Vec<(usize, usize, usize)>,
-    lists: usize,
-}
-
-fn plan(base: &ResidentBase, n: usize, nq: usize, per_query_budget: u64, kk: usize) -> Plan {
-    let (tq, ts) = shape(nq);
-    let tile = ts * RPT;
-    let qtiles = nq.div_ceil(tq).max(1);
-    let want = (1024 / qtiles).max(1);
-    let mut rows_per_slice = n.div_ceil(want).max(tile).next_multiple_of(tile);
-    loop {
-        let chunk_rows = base.vecs.chunk_rows();
-        let mut chunks = Vec::new();
-        let mut lists = 0;
-        let mut row0 = 0;
-        let mut c = 0;
-        while row0 < n {
-            let rows = (n - row0).min(chunk_rows);
-            let slices = rows.div_ceil(rows_per_slice);
-            chunks.push((c, lists, slices));
-            lists += slices * ts;
-            row0 += rows;
-            c += 1;
-        }
-        if (lists * kk) as u64 * CAND_BYTES <= per_query_budget || rows_per_slice >= n {
-            return Plan {
-                tq,
-                ts,
-                rows_per_slice,
-                chunks,
-                lists,
+    /// Passes that fold the lists of `first` down to one per query
+    /// (pairwise, each pass halving them); returns where it lies. `lens`:
+    /// `first` carries lengths (else its lists are K slots padded with NONE
+    /// rows, and so is every merged one).
+    fn fold(&self, enc: &mut wgpu::CommandEncoder, first: Lists, lens: bool) -> Lists {
+        let mut cur = first;
+        while cur.count > 1 {
+            let out_count = cur.count.div_ceil(2);
+            let out = Lists {
+                cands: self
+                    .gpu
+                    .zeroed("merged", (self.nq * out_count * self.kk) as u64 * CAND_BYTES),
+                lens: self.gpu.zeroed("merged lengths", (self.nq * out_count) as u64 * 4),
+                stride: out_count,
+                count: out_count,
             };
+            self.pass(enc, (&cur, &cur, &out), (2, 0, 1), u32::from(lens));
+            cur = out;
         }
-        rows_per_slice *= 2;
+        cur
     }
+}
+
+/// How a batch of exact search is cut: `nb` queries, blocks of `rows`
+/// scores per query (whole segments).
+struct Batch {
+    nb: usize,
+    rows: usize,
+}
+
+/// Rows per block that a batch aims for: long blocks mean few merges of
+/// the running lists (one per block), which dominate at large `k`.
+const BLOCK_ROWS: usize = 1 << 17;
+
+/// A batch of at most `nq` queries: blocks of up to [`BLOCK_ROWS`] rows
+/// (whole segments, within a chunk and one dispatch), then as many queries
+/// as keep the block's scores and partial lists within [`BATCH_BYTES`] and
+/// one binding (at least one query).
+fn batch(nq: usize, n: usize, chunk_rows: usize, kk: usize, maxb: u64, max_groups: usize, seg: usize) -> Batch {
+    let budget = BATCH_BYTES.min(maxb);
+    let rows = n
+        .min(chunk_rows)
+        .min(max_groups * TILE_ROWS)
+        .min(BLOCK_ROWS)
+        .next_multiple_of(seg);
+    let per_query = (rows as u64 * 4).max((rows / seg * kk) as u64 * CAND_BYTES);
+    let nb = nq.min(max_groups).min((budget / per_query) as usize).max(1);
+    Batch { nb, rows }
 }
 
 impl GpuState {
-    /// Top-k of every query against `base` on the device.
+    /// Top-k of every query against `base` on the device: per batch of
+    /// queries and block of rows, `gemm` writes the block's scores, `segsel`
+    /// sorts each segment's survivors of the running threshold, and merges
+    /// fold the segments' lists into the running best `k` of each query.
     pub(crate) async fn top_k(&mut self, queries: &[f32], base: &BaseRef<'_>, k: usize) -> Result<Vec<Vec<Cand>>> {
+        if k > MAX_EXACT_K {
+            return Err(GpuError::Unsupported(format!("k = {k} > {MAX_EXACT_K}")));
+        }
         let d = base.panels.dim();
         let nq = queries.len() / d;
         let n = base.panels.len();
-        let kk = slots(k)?;
-        let gpu = &self.gpu;
-        let res = self
-            .bases
-            .get(base.uid, |r| Ok(r.sync(gpu, base)), || ResidentBase::new(gpu, base))?;
-        let maxb = gpu.max_binding();
+        let kk = k.max(1);
         let (qpad, dp4) = padded_queries(queries, d);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {
-            let remaining = nq - q0;
-            let p = plan(res, n, remaining, maxb, kk);
-            let per_query = (p.lists * kk) as u64 * CAND_BYTES;
-            let by_bytes = (maxb / per_query.max(1)) as usize;
+            let gpu = &self.gpu;
+            let maxb = gpu.max_binding();
+            let chunk_rows = ResidentBase::chunk_rows(gpu, base)?;
             let by_queries = (maxb / (dp4 as u64 * 16)) as usize;
-            let by_groups = gpu.max_groups() as usize * p.tq;
-            let cap = by_bytes.min(by_queries).min(by_groups).clamp(1, 65_535);
-            let nb = remaining.min(cap);
-            let scan = gpu
-                .pipeline(
-                    wgsl::TOPK,
-                    "scan",
-                    &[
-                        ("K", format!("{kk}u")),
-                        ("TQ", format!("{}u", p.tq)),
-                        ("TS", format!("{}u", p.ts)),
-                        ("F16", res.f16.to_string()),
-                        ("G", format!("{FAN_IN}u")),
-                    ],
-                    &[],
-                    false,
-                )
-                .await?;
+            let seg = seg_len(gpu);
+            let b = batch(
+                (nq - q0).min(by_queries),
+                n,
+                chunk_rows,
+                kk,
+                maxb,
+                gpu.max_groups() as usize,
+                seg,
+            );
+            let nb = b.nb;
+            let segs = b.rows / seg;
+            let tq = queries_per_thread(nb);
+            let f16 = matches!(base.panels.data(), dentate_core::Floats::F16(_));
+            let gemm = self.exact_pipeline("gemm", tq, f16).await?;
+            let sel = self.exact_pipeline("segsel", 1, false).await?;
+            let gpu = &self.gpu;
+            let merger = Merger::new(gpu, nb, kk).await?;
+            let res = self
+                .bases
+                .get(base.uid, |r| Ok(r.sync(gpu, base)), || ResidentBase::new(gpu, base))?;
+            let dummy = gpu.zeroed("unused", 16);
             let qbuf = gpu.storage(
                 "queries",
                 bytemuck::cast_slice(&qpad[q0 * dp4 * 4..(q0 + nb) * dp4 * 4]),
             );
-            let partial = gpu.zeroed("partial", (nb * p.lists * kk) as u64 * CAND_BYTES);
-            let dummy = gpu.zeroed("unused", 16);
+            let scores = gpu.zeroed("scores", (nb * b.rows) as u64 * 4);
+            let partial_cands = gpu.zeroed("segment lists", (nb * segs * kk) as u64 * CAND_BYTES);
+            let partial_lens = gpu.zeroed("segment lengths", (nb * segs) as u64 * 4);
+            let threshold = gpu.zeroed("thresholds", nb as u64 * 4);
+            let running = || Lists {
+                cands: gpu.zeroed("best", (nb * kk) as u64 * CAND_BYTES),
+                lens: gpu.zeroed("best lengths", nb as u64 * 4),
+                stride: 1,
+                count: 1,
+            };
+            let (mut best, mut spare) = (running(), running());
             let mut enc = gpu.encoder();
-            let chunk_rows = res.vecs.chunk_rows();
-            for &(c, list0, slices) in &p.chunks {
+            for c in 0..res.vecs.chunks() {
                 let row0 = c * chunk_rows;
+                if row0 >= n {
+                    break;
+                }
                 let rows = (n - row0).min(chunk_rows);
                 let mut flags = 0u32;
                 let ids = match &res.ids {
@@ -238,120 +319,187 @@ impl GpuState {
                     flags |= 4;
                     gpu.storage("bias", bytemuck::cast_slice(&b[row0..row0 + rows]))
                 });
-                let params = gpu.uniform(&words(&[
-                    d as u32,
-                    dp4 as u32,
-                    rows as u32,
-                    row0 as u32,
-                    nb as u32,
-                    p.rows_per_slice as u32,
-                    p.lists as u32,
-                    list0 as u32,
-                    flags,
-                    0,
-                    0,
-                    0,
-                ]));
-                let bind = gpu.bind(
-                    &scan,
-                    &[
-                        (0, &params),
-                        (1, res.vecs.chunk(c)),
-                        (2, &qbuf),
-                        (3, ids),
-                        (4, alive_buf.as_ref().unwrap_or(&dummy)),
-                        (5, bias_buf.as_ref().unwrap_or(&dummy)),
-                        (6, &partial),
-                    ],
-                );
-                gpu.dispatch(&mut enc, &scan, &bind, (slices as u32, nb.div_ceil(p.tq) as u32));
+                let mut blk0 = 0;
+                while blk0 < rows {
+                    // The batch's first block is two segments: it sets every
+                    // query's threshold before a long block's segments all
+                    // start from none (each would then radix-select).
+                    let first = c == 0 && blk0 == 0;
+                    let blk_rows = (rows - blk0).min(if first { 2 * seg } else { b.rows });
+                    let params = gpu.uniform(&words(&[
+                        d as u32,
+                        dp4 as u32,
+                        rows as u32,
+                        blk0 as u32,
+                        blk_rows as u32,
+                        nb as u32,
+                        0,
+                        b.rows as u32,
+                        0,
+                        flags,
+                        row0 as u32,
+                        segs as u32,
+                        0,
+                        kk as u32,
+                        0,
+                        0,
+                    ]));
+                    let bind = gpu.bind(
+                        &gemm,
+                        &[
+                            (0, &params),
+                            (1, res.vecs.chunk(c)),
+                            (2, &qbuf),
+                            (4, alive_buf.as_ref().unwrap_or(&dummy)),
+                            (5, bias_buf.as_ref().unwrap_or(&dummy)),
+                            (7, &scores),
+                        ],
+                    );
+                    gpu.dispatch(
+                        &mut enc,
+                        &gemm,
+                        &bind,
+                        (blk_rows.div_ceil(TILE_ROWS) as u32, nb.div_ceil(16 * tq) as u32),
+                    );
+                    let bind = gpu.bind(
+                        &sel,
+                        &[
+                            (0, &params),
+                            (3, ids),
+                            (6, &partial_cands),
+                            (7, &scores),
+                            (11, &partial_lens),
+                            (12, &threshold),
+                        ],
+                    );
+                    let used = blk_rows.div_ceil(seg);
+                    gpu.dispatch(&mut enc, &sel, &bind, (used as u32, nb as u32));
+                    let block = merger.fold(
+                        &mut enc,
+                        Lists {
+                            cands: partial_cands.clone(),
+                            lens: partial_lens.clone(),
+                            stride: segs,
+                            count: used,
+                        },
+                        true,
+                    );
+                    // The running best, merged with the block's, padded to K.
+                    merger.pass(&mut enc, (&best, &block, &spare), (0, 0, 0), 3);
+                    std::mem::swap(&mut best, &mut spare);
+                    blk0 += blk_rows;
+                }
             }
-            out.extend(finish_batch(gpu, enc, partial, nb, p.lists, kk, k).await?);
+            let bytes = gpu
+                .submit_and_read(enc, &best.cands, 0, (nb * kk) as u64 * CAND_BYTES)
+                .await?;
+            out.extend(decode(&bytes, nb, kk, k));
             q0 += nb;
         }
         Ok(out)
     }
 
-    /// `a · bᵀ` on the device.
-    pub(crate) async fn matmul_nt(&mut self, a: &[f32], b: &BaseRef<'_>) -> Result<Vec<f32>> {
-        let d = b.panels.dim();
-        let nq = a.len() / d;
-        let n = b.panels.len();
-        let gpu = &self.gpu;
-        let res = self
-            .bases
-            .get(b.uid, |r| Ok(r.sync(gpu, b)), || ResidentBase::new(gpu, b))?;
-        let maxb = gpu.max_binding();
-        let (qpad, dp4) = padded_queries(a, d);
-        let row_bytes = n as u64 * 4;
-        if row_bytes > maxb {
-            return Err(GpuError::Unsupported(format!(
-                "a score row of {n} columns exceeds one binding"
-            )));
-        }
-        let (tq, ts) = shape(nq);
-        let tile = ts * RPT;
-        let rows_per_slice = n
-            .div_ceil((1024 / nq.div_ceil(tq).max(1)).max(1))
-            .max(tile)
-            .next_multiple_of(tile);
-        let mut out = Vec::with_capacity(nq * n);
-        let pipe = gpu
+    /// The `gemm` or `segsel` pipeline of a variant.
+    async fn exact_pipeline(&self, entry: &str, tq: usize, f16: bool) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.gpu
             .pipeline(
                 wgsl::TOPK,
-                "scores",
+                entry,
                 &[
-                    ("K", "1u".into()),
                     ("TQ", format!("{tq}u")),
-                    ("TS", format!("{ts}u")),
-                    ("F16", res.f16.to_string()),
-                    ("G", format!("{FAN_IN}u")),
+                    ("F16", f16.to_string()),
+                    ("SEG", format!("{}u", seg_len(&self.gpu))),
                 ],
                 &[],
                 false,
             )
-            .await?;
-        let chunk_rows = res.vecs.chunk_rows();
+            .await
+    }
+
+    /// `a · bᵀ` on the device: `gemm` writing each chunk's blocks of
+    /// columns straight into the score matrix.
+    pub(crate) async fn matmul_nt(&mut self, a: &[f32], b: &BaseRef<'_>) -> Result<Vec<f32>> {
+        let d = b.panels.dim();
+        let nq = a.len() / d;
+        let n = b.panels.len();
+        let (qpad, dp4) = padded_queries(a, d);
+        let row_bytes = n as u64 * 4;
+        let f16 = matches!(b.panels.data(), dentate_core::Floats::F16(_));
+        let mut out = Vec::with_capacity(nq * n);
         let mut q0 = 0;
         while q0 < nq {
+            let maxb = self.gpu.max_binding();
+            if row_bytes > maxb {
+                return Err(GpuError::Unsupported(format!(
+                    "a score row of {n} columns exceeds one binding"
+                )));
+            }
+            let max_groups = self.gpu.max_groups() as usize;
             let nb = (nq - q0)
                 .min((maxb / row_bytes.max(4)) as usize)
                 .min((maxb / (dp4 as u64 * 16)) as usize)
-                .min(gpu.max_groups() as usize * tq)
+                .min(max_groups)
                 .max(1);
+            let tq = queries_per_thread(nb);
+            let pipe = self.exact_pipeline("gemm", tq, f16).await?;
+            let gpu = &self.gpu;
+            let res = self
+                .bases
+                .get(b.uid, |r| Ok(r.sync(gpu, b)), || ResidentBase::new(gpu, b))?;
+            let chunk_rows = res.vecs.chunk_rows();
             let qbuf = gpu.storage(
                 "queries",
                 bytemuck::cast_slice(&qpad[q0 * dp4 * 4..(q0 + nb) * dp4 * 4]),
             );
             let mat = gpu.zeroed("scores", nb as u64 * row_bytes);
+            let dummy = gpu.zeroed("unused", 16);
             let mut enc = gpu.encoder();
-            let mut row0 = 0;
-            let mut c = 0;
-            while row0 < n {
+            for c in 0..res.vecs.chunks() {
+                let row0 = c * chunk_rows;
+                if row0 >= n {
+                    break;
+                }
                 let rows = (n - row0).min(chunk_rows);
-                let params = gpu.uniform(&words(&[
-                    d as u32,
-                    dp4 as u32,
-                    rows as u32,
-                    row0 as u32,
-                    nb as u32,
-                    rows_per_slice as u32,
-                    n as u32,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                ]));
-                let bind = gpu.bind(&pipe, &[(0, &params), (1, res.vecs.chunk(c)), (2, &qbuf), (7, &mat)]);
-                gpu.dispatch(
-                    &mut enc,
-                    &pipe,
-                    &bind,
-                    (rows.div_ceil(rows_per_slice) as u32, nb.div_ceil(tq) as u32),
-                );
-                row0 += rows;
-                c += 1;
+                let mut blk0 = 0;
+                while blk0 < rows {
+                    let blk_rows = (rows - blk0).min(max_groups * TILE_ROWS);
+                    let params = gpu.uniform(&words(&[
+                        d as u32,
+                        dp4 as u32,
+                        rows as u32,
+                        blk0 as u32,
+                        blk_rows as u32,
+                        nb as u32,
+                        0,
+                        n as u32,
+                        (row0 + blk0) as u32,
+                        0,
+                        row0 as u32,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                    ]));
+                    let bind = gpu.bind(
+                        &pipe,
+                        &[
+                            (0, &params),
+                            (1, res.vecs.chunk(c)),
+                            (2, &qbuf),
+                            (4, &dummy),
+                            (5, &dummy),
+                            (7, &mat),
+                        ],
+                    );
+                    gpu.dispatch(
+                        &mut enc,
+                        &pipe,
+                        &bind,
+                        (blk_rows.div_ceil(TILE_ROWS) as u32, nb.div_ceil(16 * tq) as u32),
+                    );
+                    blk0 += blk_rows;
+                }
             }
             let bytes = gpu.submit_and_read(enc, &mat, 0, nb as u64 * row_bytes).await?;
             out.extend(bytemuck::pod_collect_to_vec::<u8, f32>(&bytes));

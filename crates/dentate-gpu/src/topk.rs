@@ -326,40 +326,35 @@ impl GpuState {
                     // start from none (each would then radix-select).
                     let first = c == 0 && blk0 == 0;
                     let blk_rows = (rows - blk0).min(if first { 2 * seg } else { b.rows });
-                    let params = gpu.uniform(&words(&[
-                        d as u32,
-                        dp4 as u32,
-                        rows as u32,
-                        blk0 as u32,
-                        blk_rows as u32,
-                        nb as u32,
-                        0,
-                        b.rows as u32,
-                        0,
+                    let params = Params {
+                        d,
+                        dp4,
+                        n: rows,
+                        blk0,
+                        blk_rows,
+                        nq: nb,
+                        stride: b.rows,
+                        col0: 0,
                         flags,
-                        row0 as u32,
-                        segs as u32,
-                        0,
-                        kk as u32,
-                        0,
-                        0,
-                    ]));
-                    let bind = gpu.bind(
-                        &gemm,
-                        &[
-                            (0, &params),
-                            (1, res.vecs.chunk(c)),
-                            (2, &qbuf),
-                            (4, alive_buf.as_ref().unwrap_or(&dummy)),
-                            (5, bias_buf.as_ref().unwrap_or(&dummy)),
-                            (7, &scores),
-                        ],
-                    );
-                    gpu.dispatch(
+                        row0,
+                        lists: segs,
+                        k: kk,
+                    }
+                    .uniform(gpu);
+                    let inputs = [
+                        res.vecs.chunk(c),
+                        &qbuf,
+                        alive_buf.as_ref().unwrap_or(&dummy),
+                        bias_buf.as_ref().unwrap_or(&dummy),
+                    ];
+                    record_gemm(
+                        gpu,
                         &mut enc,
                         &gemm,
-                        &bind,
-                        (blk_rows.div_ceil(TILE_ROWS) as u32, nb.div_ceil(16 * tq) as u32),
+                        &params,
+                        inputs,
+                        &scores,
+                        (blk_rows, nb.div_ceil(16 * tq)),
                     );
                     let bind = gpu.bind(
                         &sel,
@@ -463,40 +458,30 @@ impl GpuState {
                 let mut blk0 = 0;
                 while blk0 < rows {
                     let blk_rows = (rows - blk0).min(max_groups * TILE_ROWS);
-                    let params = gpu.uniform(&words(&[
-                        d as u32,
-                        dp4 as u32,
-                        rows as u32,
-                        blk0 as u32,
-                        blk_rows as u32,
-                        nb as u32,
-                        0,
-                        n as u32,
-                        (row0 + blk0) as u32,
-                        0,
-                        row0 as u32,
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                    ]));
-                    let bind = gpu.bind(
-                        &pipe,
-                        &[
-                            (0, &params),
-                            (1, res.vecs.chunk(c)),
-                            (2, &qbuf),
-                            (4, &dummy),
-                            (5, &dummy),
-                            (7, &mat),
-                        ],
-                    );
-                    gpu.dispatch(
+                    let params = Params {
+                        d,
+                        dp4,
+                        n: rows,
+                        blk0,
+                        blk_rows,
+                        nq: nb,
+                        stride: n,
+                        col0: row0 + blk0,
+                        flags: 0,
+                        row0,
+                        lists: 0,
+                        k: 0,
+                    }
+                    .uniform(gpu);
+                    let inputs = [res.vecs.chunk(c), &qbuf, &dummy, &dummy];
+                    record_gemm(
+                        gpu,
                         &mut enc,
                         &pipe,
-                        &bind,
-                        (blk_rows.div_ceil(TILE_ROWS) as u32, nb.div_ceil(16 * tq) as u32),
+                        &params,
+                        inputs,
+                        &mat,
+                        (blk_rows, nb.div_ceil(16 * tq)),
                     );
                     blk0 += blk_rows;
                 }
@@ -507,6 +492,65 @@ impl GpuState {
         }
         Ok(out)
     }
+}
+
+/// The `Params` block of `topk.wgsl` (the shader names each field).
+struct Params {
+    d: usize,
+    dp4: usize,
+    n: usize,
+    blk0: usize,
+    blk_rows: usize,
+    nq: usize,
+    stride: usize,
+    col0: usize,
+    flags: u32,
+    row0: usize,
+    lists: usize,
+    k: usize,
+}
+
+impl Params {
+    fn uniform(&self, gpu: &Gpu) -> wgpu::Buffer {
+        let w = |v: usize| v as u32;
+        gpu.uniform(&words(&[
+            w(self.d),
+            w(self.dp4),
+            w(self.n),
+            w(self.blk0),
+            w(self.blk_rows),
+            w(self.nq),
+            0,
+            w(self.stride),
+            w(self.col0),
+            self.flags,
+            w(self.row0),
+            w(self.lists),
+            0,
+            w(self.k),
+            0,
+            0,
+        ]))
+    }
+}
+
+/// Records one `gemm` dispatch: `inputs` = (base chunk, queries, alive
+/// bits, bias), scores into `out`; `(rows, query_tiles)` sizes the grid.
+fn record_gemm(
+    gpu: &Gpu,
+    enc: &mut wgpu::CommandEncoder,
+    pipe: &wgpu::ComputePipeline,
+    params: &wgpu::Buffer,
+    inputs: [&wgpu::Buffer; 4],
+    out: &wgpu::Buffer,
+    (rows, query_tiles): (usize, usize),
+) {
+    let [chunk, queries, alive, bias] = inputs;
+    let bind = gpu.bind(
+        pipe,
+        &[(0, params), (1, chunk), (2, queries), (4, alive), (5, bias), (7, out)],
+    );
+    gpu.dispatch(enc, pipe, &bind, (rows.div_ceil(TILE_ROWS) as u32, query_tiles as u32));
 }
 
 /// Rows of panel layout per chunk are whole panels (checked at compile time).

@@ -1,8 +1,8 @@
 // Product quantization: per-query lookup tables, the ADC scan over the
 // probed inverted lists with a per-thread top-k, the 4-bit fast-scan over
-// packed blocks, and exact re-ranking of candidates from the stored vectors. Partial lists are reduced by the
-// merge pass of topk.wgsl (`Cand`, `better`, NONE and NEG come from
-// common.wgsl, which the host puts in front of both).
+// packed blocks, exact re-ranking of candidates from the stored vectors, and
+// `fold`, which reduces their per-thread lists (`Cand`, `better`, NONE and
+// NEG come from common.wgsl, which the host puts in front).
 //
 // The host prepends:
 //   K     slots per top-k list
@@ -295,4 +295,71 @@ fn fastscan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg:
         }
     }
     write_list(&top, ((P.q0 + q) * WG + li) * K);
+}
+
+// Folding the scans' per-thread lists: thread (g, q) merges lists
+// g·FAN_IN .. g·FAN_IN+FAN_IN of query q (each K slots, sorted, NONE rows
+// last) into output list g by insertion into a K-slot list of positions.
+// A list is left at its first entry that cannot enter the current top-K.
+// (Exact search, whose lists carry lengths and have no K bound, merges by
+// merge path in topk.wgsl instead.)
+const FAN_IN: u32 = 16u;
+
+struct FoldParams {
+    in_lists: u32,
+    out_lists: u32,
+    nq: u32,
+    _f: u32,
+}
+
+@group(0) @binding(20) var<uniform> FP: FoldParams;
+@group(0) @binding(21) var<storage, read> fold_in: array<Cand>;
+@group(0) @binding(22) var<storage, read_write> fold_out: array<Cand>;
+
+// `c` before the input entry at position `at` (NONE: an empty slot).
+fn fold_better(c: Cand, at: u32) -> bool {
+    if at == NONE {
+        return c.row != NONE;
+    }
+    return better(c, fold_in[at]);
+}
+
+@compute @workgroup_size(64)
+fn fold(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let g = gid.x;
+    let q = gid.y;
+    if g >= FP.out_lists || q >= FP.nq {
+        return;
+    }
+    var top: array<u32, K>;
+    for (var i = 0u; i < K; i += 1u) {
+        top[i] = NONE;
+    }
+    let l_end = min((g + 1u) * FAN_IN, FP.in_lists);
+    for (var l = g * FAN_IN; l < l_end; l += 1u) {
+        let b = (q * FP.in_lists + l) * K;
+        for (var e = 0u; e < K; e += 1u) {
+            let c = fold_in[b + e];
+            if !fold_better(c, top[K - 1u]) {
+                break;
+            }
+            var i = K - 1u;
+            loop {
+                if i == 0u || !fold_better(c, top[i - 1u]) {
+                    break;
+                }
+                top[i] = top[i - 1u];
+                i -= 1u;
+            }
+            top[i] = b + e;
+        }
+    }
+    let o = (q * FP.out_lists + g) * K;
+    for (var i = 0u; i < K; i += 1u) {
+        if top[i] == NONE {
+            fold_out[o + i] = Cand(NEG, NONE, 0u, 0u);
+        } else {
+            fold_out[o + i] = fold_in[top[i]];
+        }
+    }
 }

@@ -1,6 +1,5 @@
 // Exact batched scoring as a tiled GEMM, the per-segment top-k select that
-// follows it, and the merge of sorted candidate lists (shared with the PQ
-// scans of pq.wgsl).
+// follows it, and the merge of its sorted candidate lists.
 //
 // The host prepends the constants of a variant:
 //   TQ   queries per thread of `gemm` (1 or 4): a tile is 16·TQ queries × 128 rows
@@ -25,9 +24,9 @@
 // comparison. Where more than K survive, a radix select finds the K-th best
 // first and only that many are sorted.
 //
-// `merge` folds two sorted lists into the best K of both with a merge path:
-// each output slot finds its split by binary search, so a list of any
-// length merges without workgroup memory.
+// `merge` folds two sorted lists (with their lengths) into the best K of
+// both with a merge path: each output slot finds its split by binary
+// search, so a list of any length merges without workgroup memory.
 //
 // `Cand`, `better`, NONE and NEG come from common.wgsl, which the host puts
 // in front.
@@ -458,8 +457,7 @@ struct MergeParams {
     b_off: u32,
     nq: u32,
     k: u32,
-    // bit 0: lengths in `alen`/`blen` (else every list is K long, padded
-    // with NONE rows); bit 1: pad the output to K with NONE rows
+    // bit 0: pad the output to K with NONE rows
     mflags: u32,
     _m0: u32,
 }
@@ -477,16 +475,10 @@ fn len_of(in_a: bool, list: u32, q: u32) -> u32 {
         if list >= MP.a_count {
             return 0u;
         }
-        if (MP.mflags & 1u) == 0u {
-            return MP.k;
-        }
         return alen[q * MP.a_stride + list];
     }
     if list >= MP.b_count {
         return 0u;
-    }
-    if (MP.mflags & 1u) == 0u {
-        return MP.k;
     }
     return blen[q * MP.b_stride + list];
 }
@@ -527,7 +519,7 @@ fn merge(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: ve
             mout[o + p] = lb[bo + p - j];
         }
     }
-    if (MP.mflags & 2u) != 0u {
+    if (MP.mflags & 1u) != 0u {
         for (var p = m + li; p < MP.k; p += 64u) {
             mout[o + p] = Cand(NEG, NONE, 0u, 0u);
         }

@@ -14,9 +14,9 @@
 //! | `matmul_nt` | panel GEMM tiles | `topk.wgsl` `gemm` writing the matrix |
 //! | `cluster_sums` | chunked sums in chunk order | `cluster.wgsl` `cluster_sums` (one owner per sum, point order) |
 //! | `cluster_distance_sums` | Gram tiles | `cluster.wgsl` `distance_sums` |
-//! | `adc_top_k` | per-query table + unrolled scan | `pq.wgsl` `adc` (table in workgroup memory) + `merge` |
-//! | `fastscan_top_k` | u8 tables, SIMD byte shuffles over blocks of 32 | `pq.wgsl` `fastscan` (the host's u8 tables in workgroup memory, the same blocks, exact u32 sums) + `merge` |
-//! | `rerank` | f16/f32 dot per candidate | `pq.wgsl` `rerank` + `merge` |
+//! | `adc_top_k` | per-query table + unrolled scan | `pq.wgsl` `adc` (table in workgroup memory) + `fold` |
+//! | `fastscan_top_k` | u8 tables, SIMD byte shuffles over blocks of 32 | `pq.wgsl` `fastscan` (the host's u8 tables in workgroup memory, the same blocks, exact u32 sums) + `fold` |
+//! | `rerank` | f16/f32 dot per candidate | `pq.wgsl` `rerank` + `fold` |
 //! | `salience` | per-row formula | `select.wgsl` `salience` |
 //! | `lowest` | heap | `select.wgsl` radix select (`histogram`, `collect`) |
 //!
@@ -27,7 +27,8 @@
 //! is split into chunks. Top-k never reads scores back: exact search scores
 //! a block of rows into a device buffer, sorts each segment's survivors of
 //! a running per-query threshold, and merges the sorted lists on the
-//! device; the PQ scans keep a sorted list per thread and share the merge.
+//! device; the PQ scans keep a sorted list per thread and fold 16 lists
+//! into one per pass.
 //! Only `k` candidates per query cross the bus.
 //!
 //! Nothing on the GPU path reaches a caller as a panic or an error: an

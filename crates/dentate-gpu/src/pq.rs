@@ -5,7 +5,7 @@ use crate::GpuState;
 use crate::device::{Gpu, wgsl, words};
 use crate::error::{GpuError, Result};
 use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore};
-use crate::topk::{CAND_BYTES, finish_batch, slots};
+use crate::topk::{CAND_BYTES, decode, slots};
 use dentate_core::fastscan::{QuantizedTables, padded_m};
 use dentate_core::topk::Cand;
 use dentate_core::{Codebooks, IvfParts, IvfPlan, Probe, StoreRef};
@@ -62,6 +62,43 @@ fn consts(kk: usize, pq_m: usize, dsub: usize, f16_store: bool, fw: usize) -> Ve
         ("F16", f16_store.to_string()),
         ("FW", format!("{fw}u")),
     ]
+}
+
+/// Finishes a batch of `nq` queries whose scan wrote `lists` sorted lists
+/// of `kk` slots each (NONE rows last) into `partial`: `fold` passes merge
+/// 16 lists into one until one is left per query, then `enc` is submitted
+/// and the one list per query read back and decoded to its best `k`.
+async fn finish_batch(
+    gpu: &Gpu,
+    mut enc: wgpu::CommandEncoder,
+    partial: wgpu::Buffer,
+    nq: usize,
+    mut lists: usize,
+    kk: usize,
+    k: usize,
+) -> Result<Vec<Vec<Cand>>> {
+    const FAN_IN: usize = 16;
+    let pipe = gpu
+        .pipeline(
+            wgsl::PQ,
+            "fold",
+            &consts(kk, 4, 1, false, 1),
+            &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
+            false,
+        )
+        .await?;
+    let mut cur = partial;
+    while lists > 1 {
+        let out_lists = lists.div_ceil(FAN_IN);
+        let out = gpu.zeroed("folded", (nq * out_lists * kk) as u64 * CAND_BYTES);
+        let params = gpu.uniform(&words(&[lists as u32, out_lists as u32, nq as u32, 0]));
+        let bind = gpu.bind(&pipe, &[(20, &params), (21, &cur), (22, &out)]);
+        gpu.dispatch(&mut enc, &pipe, &bind, (out_lists.div_ceil(64) as u32, nq as u32));
+        cur = out;
+        lists = out_lists;
+    }
+    let bytes = gpu.submit_and_read(enc, &cur, 0, (nq * kk) as u64 * CAND_BYTES).await?;
+    Ok(decode(&bytes, nq, kk, k))
 }
 
 /// The probes of queries `q0..q0 + nb` as the kernels read them: per probe

@@ -82,33 +82,6 @@ pub(crate) fn decode(bytes: &[u8], nq: usize, kk: usize, k: usize) -> Vec<Vec<Ca
         .collect()
 }
 
-/// Finishes a batch of `nq` queries whose kernels wrote `lists` sorted
-/// lists of `kk` slots each (padded with NONE rows) into `partial`: merges
-/// them on the device, submits `enc`, reads back the one list per query and
-/// decodes its best `k`.
-pub(crate) async fn finish_batch(
-    gpu: &Gpu,
-    mut enc: wgpu::CommandEncoder,
-    partial: wgpu::Buffer,
-    nq: usize,
-    lists: usize,
-    kk: usize,
-    k: usize,
-) -> Result<Vec<Vec<Cand>>> {
-    let merger = Merger::new(gpu, nq, kk).await?;
-    let first = Lists {
-        cands: partial,
-        lens: gpu.zeroed("no lengths", 16),
-        stride: lists,
-        count: lists,
-    };
-    let merged = merger.fold(&mut enc, first, false);
-    let bytes = gpu
-        .submit_and_read(enc, &merged.cands, 0, (nq * merged.stride * kk) as u64 * CAND_BYTES)
-        .await?;
-    Ok(decode(&bytes, nq, merged.stride * kk, k))
-}
-
 /// Sorted candidate lists on the device: `stride` lists of K slots per
 /// query, the first `count` of them in use, with their lengths in `lens`
 /// (when the merge is told there are lengths).
@@ -147,14 +120,14 @@ impl<'g> Merger<'g> {
     }
 
     /// One dispatch: output list i of each query merges list
-    /// `i·step + a_off` of `a` with list `i·step + b_off` of `b`. Flags:
-    /// 1 = the inputs carry lengths, 2 = pad the output with NONE rows.
+    /// `i·step + a_off` of `a` with list `i·step + b_off` of `b`; `pad`:
+    /// fill the output's slots past its length with NONE rows.
     fn pass(
         &self,
         enc: &mut wgpu::CommandEncoder,
         (a, b, out): (&Lists, &Lists, &Lists),
         (step, a_off, b_off): (usize, usize, usize),
-        flags: u32,
+        pad: bool,
     ) {
         let gpu = self.gpu;
         let params = gpu.uniform(&words(&[
@@ -168,7 +141,7 @@ impl<'g> Merger<'g> {
             b_off as u32,
             self.nq as u32,
             self.kk as u32,
-            flags,
+            u32::from(pad),
             0,
         ]));
         let bind = gpu.bind(
@@ -186,11 +159,9 @@ impl<'g> Merger<'g> {
         gpu.dispatch(enc, &self.pipe, &bind, (out.count as u32, self.nq as u32));
     }
 
-    /// Passes that fold the lists of `first` down to one per query
-    /// (pairwise, each pass halving them); returns where it lies. `lens`:
-    /// `first` carries lengths (else its lists are K slots padded with NONE
-    /// rows, and so is every merged one).
-    fn fold(&self, enc: &mut wgpu::CommandEncoder, first: Lists, lens: bool) -> Lists {
+    /// Passes that fold the lists of `first` (with lengths) down to one per
+    /// query, pairwise, each pass halving them; returns where it lies.
+    fn fold(&self, enc: &mut wgpu::CommandEncoder, first: Lists) -> Lists {
         let mut cur = first;
         while cur.count > 1 {
             let out_count = cur.count.div_ceil(2);
@@ -202,7 +173,7 @@ impl<'g> Merger<'g> {
                 stride: out_count,
                 count: out_count,
             };
-            self.pass(enc, (&cur, &cur, &out), (2, 0, 1), u32::from(lens));
+            self.pass(enc, (&cur, &cur, &out), (2, 0, 1), false);
             cur = out;
         }
         cur
@@ -377,10 +348,9 @@ impl GpuState {
                             stride: segs,
                             count: used,
                         },
-                        true,
                     );
                     // The running best, merged with the block's, padded to K.
-                    merger.pass(&mut enc, (&best, &block, &spare), (0, 0, 0), 3);
+                    merger.pass(&mut enc, (&best, &block, &spare), (0, 0, 0), true);
                     std::mem::swap(&mut best, &mut spare);
                     blk0 += blk_rows;
                 }

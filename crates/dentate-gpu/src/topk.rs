@@ -1,5 +1,6 @@
-//! Batched similarity with top-k on the device (`shaders/topk.wgsl`), the
-//! merge passes every top-k kernel shares, and score matrices.
+//! Batched similarity with top-k on the device (`shaders/topk.wgsl`: tiled
+//! scores, per-segment selection, merge-path merges), score matrices, and
+//! the candidate decoding every top-k kernel shares.
 
 use crate::GpuState;
 use crate::device::{Gpu, wgsl, words};

@@ -84,7 +84,20 @@ fn quiet_vulkan_loader() {
     }
 }
 
+/// Rust ignores SIGPIPE, so `println!` into a closed pipe (`dentate bench
+/// … | head`) panics with "failed printing to stdout". A command-line tool
+/// should end quietly there, as `cat` does: the default action is restored.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in `main`, before any other thread exists;
+    // SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     quiet_vulkan_loader();
     // wgpu's HAL logs a missing Vulkan driver as errors while `auto` merely
     // looks for a GPU; RUST_LOG still turns it on.

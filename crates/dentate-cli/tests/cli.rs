@@ -1165,3 +1165,46 @@ fn model_fetch_refuses_files_with_another_hash() {
         b"not the real config.json"
     );
 }
+
+/// `dentate … | head`: when the reader closes the pipe early the CLI ends
+/// as `cat` does (killed by SIGPIPE, nothing on stderr), not with a panic
+/// about failing to print.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    synth(dir.path(), 3000, 16);
+    let idx = dir.path().join("f.dnt");
+    run_ok(
+        dentate()
+            .args(["index", "build", "--index", "flat", "--input"])
+            .arg(dir.path().join("base.fvecs"))
+            .arg("--output")
+            .arg(&idx),
+    );
+    // 3,000 queries × 100 hits: far more than a pipe buffer holds.
+    let mut child = dentate()
+        .args(["index", "search", "--k", "100", "--index"])
+        .arg(&idx)
+        .arg("--queries")
+        .arg(dir.path().join("base.fvecs"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The read end is dropped here, as `head` exits.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("failed printing"), "{err}");
+    assert_eq!(
+        out.status.signal(),
+        Some(13),
+        "expected SIGPIPE, got {:?}: {err}",
+        out.status
+    );
+}

@@ -27,14 +27,9 @@ impl GpuState {
         }
         let pipe = gpu.pipeline(wgsl::CLUSTER, "cluster_sums", &[], &[], false).await?;
         let sums = gpu.zeroed("sums", (k * dim) as u64 * 4);
-        // The counts are the histogram of the assignments (an assignment
-        // past k belongs to no cluster).
+        // The counts are the histogram of the assignments, summed over the
+        // chunks' counting sorts (an assignment past k belongs to no cluster).
         let mut counts = vec![0u32; k];
-        for &c in &assign[..n] {
-            if let Some(x) = counts.get_mut(c as usize) {
-                *x += 1;
-            }
-        }
         let per_chunk = ((maxb / (dim as u64 * 4)) as usize).max(1);
         let mut enc = gpu.encoder();
         let mut p0 = 0;
@@ -48,12 +43,14 @@ impl GpuState {
                 }
             }
             for c in 0..k {
+                counts[c] += offsets[c + 1];
                 offsets[c + 1] += offsets[c];
             }
             let mut next = offsets.clone();
             let mut order = vec![0u32; offsets[k] as usize];
             for (i, &c) in assign[p0..p0 + np].iter().enumerate() {
-                if let Some(slot) = next.get_mut(c as usize).filter(|_| (c as usize) < k) {
+                if (c as usize) < k {
+                    let slot = &mut next[c as usize];
                     order[*slot as usize] = i as u32;
                     *slot += 1;
                 }

@@ -133,19 +133,12 @@ impl ResidentBase {
         (base.uid, base.epoch, base.panels.dim(), f16, base.ids.is_some())
     }
 
-    /// Rows per chunk of `base` on `gpu` (vectors and ids each within one
-    /// binding).
-    pub fn chunk_rows(gpu: &Gpu, base: &BaseRef<'_>) -> Result<usize> {
-        let elem = if Self::key(base).3 { 2 } else { 4 };
-        let row_bytes = (base.panels.dim() * elem) as u64;
-        Ok(RowBuffers::rows_per_binding(gpu, row_bytes)?.min(RowBuffers::rows_per_binding(gpu, 8)?))
-    }
-
     /// Uploads `base` from scratch.
     pub fn new(gpu: &Gpu, base: &BaseRef<'_>) -> Result<Self> {
         let key = Self::key(base);
-        let chunk_rows = Self::chunk_rows(gpu, base)?;
-        let row_bytes = (base.panels.dim() * if key.3 { 2 } else { 4 }) as u64;
+        let elem = if key.3 { 2 } else { 4 };
+        let row_bytes = (base.panels.dim() * elem) as u64;
+        let chunk_rows = RowBuffers::rows_per_binding(gpu, row_bytes)?.min(RowBuffers::rows_per_binding(gpu, 8)?);
         let mut r = ResidentBase {
             key,
             rows: 0,

@@ -84,9 +84,8 @@ pub(crate) fn decode(bytes: &[u8], nq: usize, kk: usize, k: usize) -> Vec<Vec<Ca
 }
 
 /// Sorted candidate lists on the device: `stride` lists of K slots per
-/// query, the first `count` of them in use, with their lengths in `lens`
-/// (when the merge is told there are lengths).
-pub(crate) struct Lists {
+/// query, the first `count` of them in use, with their lengths in `lens`.
+struct Lists {
     cands: wgpu::Buffer,
     lens: wgpu::Buffer,
     stride: usize,
@@ -222,14 +221,19 @@ impl GpuState {
         let n = base.panels.len();
         let kk = k.max(1);
         let (qpad, dp4) = padded_queries(queries, d);
+        let gpu = &self.gpu;
+        let res = self
+            .bases
+            .get(base.uid, |r| Ok(r.sync(gpu, base)), || ResidentBase::new(gpu, base))?;
+        let chunk_rows = res.vecs.chunk_rows();
+        let f16 = matches!(base.panels.data(), dentate_core::Floats::F16(_));
+        let maxb = gpu.max_binding();
+        let by_queries = (maxb / (dp4 as u64 * 16)) as usize;
+        let seg = seg_len(gpu);
+        let sel = exact_pipeline(gpu, "segsel", 1, false).await?;
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {
-            let gpu = &self.gpu;
-            let maxb = gpu.max_binding();
-            let chunk_rows = ResidentBase::chunk_rows(gpu, base)?;
-            let by_queries = (maxb / (dp4 as u64 * 16)) as usize;
-            let seg = seg_len(gpu);
             let b = batch(
                 (nq - q0).min(by_queries),
                 n,
@@ -242,14 +246,8 @@ impl GpuState {
             let nb = b.nb;
             let segs = b.rows / seg;
             let tq = queries_per_thread(nb);
-            let f16 = matches!(base.panels.data(), dentate_core::Floats::F16(_));
-            let gemm = self.exact_pipeline("gemm", tq, f16).await?;
-            let sel = self.exact_pipeline("segsel", 1, false).await?;
-            let gpu = &self.gpu;
+            let gemm = exact_pipeline(gpu, "gemm", tq, f16).await?;
             let merger = Merger::new(gpu, nb, kk).await?;
-            let res = self
-                .bases
-                .get(base.uid, |r| Ok(r.sync(gpu, base)), || ResidentBase::new(gpu, base))?;
             let dummy = gpu.zeroed("unused", 16);
             let qbuf = gpu.storage(
                 "queries",
@@ -365,23 +363,6 @@ impl GpuState {
         Ok(out)
     }
 
-    /// The `gemm` or `segsel` pipeline of a variant.
-    async fn exact_pipeline(&self, entry: &str, tq: usize, f16: bool) -> Result<Arc<wgpu::ComputePipeline>> {
-        self.gpu
-            .pipeline(
-                wgsl::TOPK,
-                entry,
-                &[
-                    ("TQ", format!("{tq}u")),
-                    ("F16", f16.to_string()),
-                    ("SEG", format!("{}u", seg_len(&self.gpu))),
-                ],
-                &[],
-                false,
-            )
-            .await
-    }
-
     /// `a · bᵀ` on the device: `gemm` writing each chunk's blocks of
     /// columns straight into the score matrix.
     pub(crate) async fn matmul_nt(&mut self, a: &[f32], b: &BaseRef<'_>) -> Result<Vec<f32>> {
@@ -391,28 +372,28 @@ impl GpuState {
         let (qpad, dp4) = padded_queries(a, d);
         let row_bytes = n as u64 * 4;
         let f16 = matches!(b.panels.data(), dentate_core::Floats::F16(_));
+        let gpu = &self.gpu;
+        let maxb = gpu.max_binding();
+        if row_bytes > maxb {
+            return Err(GpuError::Unsupported(format!(
+                "a score row of {n} columns exceeds one binding"
+            )));
+        }
+        let res = self
+            .bases
+            .get(b.uid, |r| Ok(r.sync(gpu, b)), || ResidentBase::new(gpu, b))?;
+        let chunk_rows = res.vecs.chunk_rows();
+        let max_groups = gpu.max_groups() as usize;
         let mut out = Vec::with_capacity(nq * n);
         let mut q0 = 0;
         while q0 < nq {
-            let maxb = self.gpu.max_binding();
-            if row_bytes > maxb {
-                return Err(GpuError::Unsupported(format!(
-                    "a score row of {n} columns exceeds one binding"
-                )));
-            }
-            let max_groups = self.gpu.max_groups() as usize;
             let nb = (nq - q0)
                 .min((maxb / row_bytes.max(4)) as usize)
                 .min((maxb / (dp4 as u64 * 16)) as usize)
                 .min(max_groups)
                 .max(1);
             let tq = queries_per_thread(nb);
-            let pipe = self.exact_pipeline("gemm", tq, f16).await?;
-            let gpu = &self.gpu;
-            let res = self
-                .bases
-                .get(b.uid, |r| Ok(r.sync(gpu, b)), || ResidentBase::new(gpu, b))?;
-            let chunk_rows = res.vecs.chunk_rows();
+            let pipe = exact_pipeline(gpu, "gemm", tq, f16).await?;
             let qbuf = gpu.storage(
                 "queries",
                 bytemuck::cast_slice(&qpad[q0 * dp4 * 4..(q0 + nb) * dp4 * 4]),
@@ -463,6 +444,22 @@ impl GpuState {
         }
         Ok(out)
     }
+}
+
+/// The `gemm` or `segsel` pipeline of a variant.
+async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool) -> Result<Arc<wgpu::ComputePipeline>> {
+    gpu.pipeline(
+        wgsl::TOPK,
+        entry,
+        &[
+            ("TQ", format!("{tq}u")),
+            ("F16", f16.to_string()),
+            ("SEG", format!("{}u", seg_len(gpu))),
+        ],
+        &[],
+        false,
+    )
+    .await
 }
 
 /// The `Params` block of `topk.wgsl` (the shader names each field).

@@ -45,8 +45,7 @@ struct Params {
     // rows of the block
     blk_rows: u32,
     nq: u32,
-    // first query of the dispatch in the query buffer
-    q0: u32,
+    _q: u32,
     // floats per query row of the output
     stride: u32,
     // output column of the block's first row
@@ -54,9 +53,9 @@ struct Params {
     flags: u32,
     // global row of the chunk's first row
     row0: u32,
-    // lists per query in the partial buffer, first list of this block, K
+    // lists per query in the partial buffer, K
     lists: u32,
-    list0: u32,
+    _l: u32,
     k: u32,
     _p0: u32,
     _p1: u32,
@@ -134,7 +133,7 @@ fn stage(li: u32, k0: u32, p0: u32, tq0: u32) {
             let jc = j % 4u;
             for (var e = 0u; e < 4u; e += 1u) {
                 if tq0 + q4 + e < P.nq {
-                    x[e] = queries[(P.q0 + tq0 + q4 + e) * P.dp4 + jv][jc];
+                    x[e] = queries[(tq0 + q4 + e) * P.dp4 + jv][jc];
                 }
             }
         }
@@ -270,7 +269,7 @@ fn slot_before(s1: f32, r1: u32, s2: f32, r2: u32) -> bool {
 
 // Query wg.y (dispatch-local), segment wg.x of the block's scores in
 // `out_mat` (row stride P.stride): its best min(K, survivors) sorted into
-// list list0 + wg.x, their number into `out_len`. Survivors are the live
+// list wg.x, their number into `out_len`. Survivors are the live
 // scores at or above the query's threshold. When more than K survive, a
 // radix select over their keys (four 8-bit passes in workgroup memory)
 // finds the K-th best first, so only it and the scores above it (ties
@@ -281,8 +280,8 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
     let g = wg.x;
     let start = g * SEG;
     let end = min(start + SEG, P.blk_rows);
-    let list = (P.q0 + q) * P.lists + P.list0 + g;
-    var t = atomicLoad(&thr[P.q0 + q]);
+    let list = q * P.lists + g;
+    var t = atomicLoad(&thr[q]);
     if P.k == 1u {
         var best_s = NEG;
         var best_r = NONE;
@@ -310,7 +309,7 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
                 let id = id_of(sr[0]);
                 out_top[list] = Cand(sk[0], P.row0 + sr[0], id.x, id.y);
                 out_len[list] = 1u;
-                atomicMax(&thr[P.q0 + q], key(sk[0]));
+                atomicMax(&thr[q], key(sk[0]));
             }
         }
         return;
@@ -437,7 +436,7 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
     if li == 0u {
         out_len[list] = m;
         if c2 >= P.k {
-            atomicMax(&thr[P.q0 + q], key(sk[P.k - 1u]));
+            atomicMax(&thr[q], key(sk[P.k - 1u]));
         }
     }
 }

@@ -7,6 +7,7 @@ mod evalplot;
 mod memcmd;
 mod report;
 mod rustdocs;
+mod servecmd;
 mod shared;
 mod tune;
 
@@ -59,6 +60,14 @@ enum Command {
     /// Evaluate memory pipelines on benchmarks.
     #[command(subcommand)]
     Eval(memcmd::EvalCommand),
+    /// Run the memory service: REST API (/v1, OpenAPI at /openapi.json),
+    /// mem0-compatible routes (/mem0), MCP (/mcp), metrics (/metrics).
+    Serve(servecmd::ServeArgs),
+    /// Serve the memory tools over MCP on stdin/stdout.
+    Mcp(servecmd::McpArgs),
+    /// API keys of a memory service.
+    #[command(subcommand)]
+    Keys(servecmd::KeysCommand),
     /// Print the compute backends and SIMD paths of this machine.
     Info,
 }
@@ -108,7 +117,7 @@ fn main() -> ExitCode {
         None => dentate_gpu::BackendChoice::from_env(),
     };
     // The backend every index of this run uses (fetching a model needs none).
-    if !matches!(cli.command, Command::Model(_))
+    if !matches!(cli.command, Command::Model(_) | Command::Keys(_))
         && let Err(e) = choice.and_then(dentate_gpu::install_backend)
     {
         eprintln!("error: {e}");
@@ -133,6 +142,9 @@ fn main() -> ExitCode {
         Command::Model(c) => embedcmd::model(c),
         Command::Memory(c) => memcmd::memory(c),
         Command::Eval(c) => memcmd::eval_cmd(c),
+        Command::Serve(a) => servecmd::serve(&a),
+        Command::Mcp(a) => servecmd::mcp(&a),
+        Command::Keys(c) => servecmd::keys(c),
         Command::Info => {
             commands::info();
             Ok(())

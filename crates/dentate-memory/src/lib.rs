@@ -20,6 +20,7 @@
 
 pub mod amory;
 pub mod dates;
+pub mod erase;
 mod error;
 pub mod eval;
 pub mod graph;
@@ -39,6 +40,7 @@ pub mod tokens;
 pub mod vecmem;
 
 pub use amory::{Amory, AmoryConfig};
+pub use erase::{Change, Erased, ItemRecord};
 pub use error::{MemoryError, Result};
 /// The LoCoMo reader and the evaluation metrics, at the paths they have
 /// always had (they live in [`eval`], above the pipelines).

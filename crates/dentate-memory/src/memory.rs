@@ -1,6 +1,7 @@
 //! [`Memory`]: one memory directory, one pipeline, many users.
 
 use crate::amory::{Amory, AmoryConfig, Consolidation};
+use crate::erase::{Change, Erased};
 use crate::error::{MemoryError, Result};
 use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
@@ -384,6 +385,116 @@ impl Memory {
     /// narrative tree and triples; others: their items).
     pub fn show(&mut self, user: &str) -> Result<String> {
         self.with(user, |p, env| p.show(env))
+    }
+
+    /// Drops what this `Memory` holds in memory for `user` (its pipeline
+    /// and indexes), so the next call reloads them from the store and the
+    /// index files: what a process sharing the directory with another
+    /// writer does after that writer changed the user.
+    pub fn unload(&mut self, user: &str) {
+        self.pipelines.remove(user);
+    }
+
+    /// Removes the index files of `user` beside the store (and any
+    /// temporary file of an interrupted write of them); their names go to
+    /// `receipt.files`. The pipeline is unloaded first.
+    fn remove_index_files(&mut self, user: &str, receipt: &mut Erased) -> Result<()> {
+        self.pipelines.remove(user);
+        let files = {
+            let p = self.kind.build();
+            let env = Env {
+                store: &mut self.store,
+                embedder: self.embedder.as_ref(),
+                llm: self.llm.as_deref(),
+                user,
+                retriever: self.retriever,
+            };
+            p.index_files(&env)
+        };
+        for path in files {
+            let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+                continue;
+            };
+            let tmp_prefix = format!(".{name}.tmp-");
+            let mut doomed = vec![path.clone()];
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_name().to_str().is_some_and(|n| n.starts_with(&tmp_prefix)) {
+                        doomed.push(e.path());
+                    }
+                }
+            }
+            for f in doomed {
+                match std::fs::remove_file(&f) {
+                    Ok(()) => receipt.files.push(
+                        f.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default(),
+                    ),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Erases `user` for good: messages, items of every pipeline, triples,
+    /// history, pipeline state and this pipeline's index files (see
+    /// [`Store::erase_user`]). Returns the receipt.
+    pub fn erase_user(&mut self, user: &str) -> Result<Erased> {
+        let mut receipt = self.store.erase_user(user)?;
+        self.remove_index_files(user, &mut receipt)?;
+        Ok(receipt)
+    }
+
+    /// Erases the message `message` of `user` and every item derived from
+    /// it ([`Store::erase_source`]), and rebuilds the user's index files
+    /// from what remains. When the pipeline's state summarises messages
+    /// (HEMA's compact summary, an open Nemori episode, Amory's tree,
+    /// PREMem's pools), the user's memory in it is rebuilt from the
+    /// remaining messages ([`Erased::rebuilt`]), since no part of a summary
+    /// can be traced to one message.
+    pub fn erase_source(&mut self, user: &str, message: i64) -> Result<Erased> {
+        let mut receipt = self.store.erase_source(user, message)?;
+        let rest = self.rebuild_after_erase(user)?;
+        receipt.items.extend(rest.items);
+        receipt.items.sort_unstable();
+        receipt.items.dedup();
+        receipt.state.extend(rest.state);
+        receipt.files.extend(rest.files);
+        receipt.rebuilt.extend(rest.rebuilt);
+        Ok(receipt)
+    }
+
+    /// After rows of `user` were erased from the store (by this handle or
+    /// another on the same directory): removes this pipeline's index files
+    /// for the user (they are rebuilt from the store on next use) and, when
+    /// its state summarises messages, rebuilds its memory of the user from
+    /// the remaining messages. Returns what that removed.
+    pub fn rebuild_after_erase(&mut self, user: &str) -> Result<Erased> {
+        let mut receipt = Erased::default();
+        self.remove_index_files(user, &mut receipt)?;
+        let name = self.kind.name();
+        if self.store.summarises(user, name)? {
+            self.store.reset_pipeline(user, name, &mut receipt)?;
+            self.process(user, &mut |_, _| {})?;
+            receipt.rebuilt.push(name.to_string());
+        }
+        Ok(receipt)
+    }
+
+    /// The history of item `id` of `user` ([`Store::history`]); an item
+    /// that `user` never had is [`MemoryError::NotFound`].
+    pub fn history(&self, user: &str, id: i64) -> Result<Vec<Change>> {
+        let h = self.store.history(user, id)?;
+        if h.is_empty() {
+            return Err(MemoryError::NotFound {
+                user: user.to_string(),
+                id,
+            });
+        }
+        Ok(h)
     }
 
     /// Heap bytes of the user's index (0 before it is loaded).

@@ -243,6 +243,10 @@ pub trait Pipeline: Send {
     fn memory_bytes(&self) -> usize;
     /// Writes the pipeline's index files.
     fn save(&self, env: &Env<'_>) -> Result<()>;
+    /// The paths of the index files the pipeline keeps for the user, beside
+    /// the store (whether or not they exist yet); none for an in-memory
+    /// store. Erasure removes them.
+    fn index_files(&self, env: &Env<'_>) -> Vec<std::path::PathBuf>;
 }
 
 /// Checks that the store's vectors for this pipeline were made by the same
@@ -468,6 +472,14 @@ impl Vectors {
     pub(crate) fn memory_bytes(&self) -> usize {
         self.vm.as_ref().map_or(0, VectorMemory::memory_bytes)
             + self.lexical.as_ref().map_or(0, LexicalIndex::memory_bytes)
+    }
+
+    /// The paths of both index files (vector and BM25).
+    pub(crate) fn files(&self, env: &Env<'_>) -> Vec<std::path::PathBuf> {
+        [self.path(env, "dnt"), self.lexical_path(env)]
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Writes the index files that are open.

@@ -156,6 +156,10 @@ impl Pipeline for Rag {
         self.vectors.memory_bytes()
     }
 
+    fn index_files(&self, env: &Env<'_>) -> Vec<std::path::PathBuf> {
+        self.vectors.files(env)
+    }
+
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.vectors.save(env)
     }

@@ -9,10 +9,15 @@
 //! completed step and ingestion resumes from the first unprocessed message.
 //! Vector index files beside the database are caches rebuilt from it when
 //! missing or stale.
+//!
+//! Several `Store`s may share one directory (a server keeps one per worker):
+//! every write transaction begins `IMMEDIATE`, so writers queue on the
+//! database lock (with a busy timeout) instead of failing when another
+//! connection committed first.
 
 use crate::error::{MemoryError, Result};
 use crate::graph::{self, Triple};
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
 
 /// Schema migrations, in order; `user_version` counts those applied.
@@ -92,6 +97,18 @@ const MIGRATIONS: &[&str] = &[
     // HEMA's "recently retrieved" salience bonus survives a restart (the
     // index files are caches; this is the source of truth).
     "ALTER TABLE items ADD COLUMN last_retrieved INTEGER;",
+    // v7: the history of an item's changes after it was made (corrections
+    // and forgetting), for `GET …/history`; erasure removes it with the item.
+    "CREATE TABLE item_changes (
+        id INTEGER PRIMARY KEY,
+        item_id INTEGER NOT NULL,
+        user TEXT NOT NULL,
+        event TEXT NOT NULL,
+        old_text TEXT,
+        new_text TEXT,
+        at INTEGER NOT NULL
+     );
+     CREATE INDEX item_changes_by_item ON item_changes(item_id, id);",
 ];
 
 /// Current schema version.
@@ -255,7 +272,7 @@ fn migrate(conn: &mut Connection, what: &str) -> Result<()> {
         )));
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (i + 1) as u32)?;
         tx.commit()?;
@@ -337,6 +354,9 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        // Freed content is overwritten with zeros, so erased text does not
+        // linger in the database file's free pages.
+        conn.pragma_update(None, "secure_delete", "ON")?;
         migrate(&mut conn, &path.display().to_string())?;
         Ok(Store {
             conn,
@@ -426,7 +446,7 @@ impl Store {
     /// cannot be recognised and are always appended.
     pub fn append_messages(&mut self, user: &str, msgs: &[NewMessage]) -> Result<Vec<i64>> {
         check_user(user)?;
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut seq: i64 = tx.query_row(
             "SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE user = ?1",
             [user],
@@ -544,7 +564,7 @@ impl Store {
 
     /// Commits one pipeline step atomically; returns the new item ids.
     pub fn commit(&mut self, user: &str, pipeline: &str, step: &Step) -> Result<Vec<i64>> {
-        let tx = self.conn.transaction()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let ids = Self::apply(&tx, user, pipeline, step)?;
         tx.commit()?;
         Ok(ids)
@@ -754,7 +774,7 @@ impl Store {
             self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         }
         let res = (|| -> Result<()> {
-            let tx = self.conn.transaction()?;
+            let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             {
                 let mut st = tx.prepare_cached(
                     "UPDATE items SET last_retrieved = MAX(COALESCE(last_retrieved, ?3), ?3)
@@ -807,13 +827,28 @@ impl Store {
         Ok(b.map(|b| blob_f32(&b)))
     }
 
-    /// Marks a live item of `user` deleted; returns whether it existed.
+    /// Marks a live item of `user` deleted (its history records the text it
+    /// had); returns whether it existed. [`Store::erase_source`] and
+    /// [`Store::erase_user`] remove items for good.
     pub fn delete_item(&mut self, user: &str, id: i64) -> Result<bool> {
-        let n = self.conn.execute(
-            "UPDATE items SET deleted = 1 WHERE id = ?1 AND user = ?2 AND deleted = 0",
-            params![id, user],
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let old: Option<String> = tx
+            .query_row(
+                "SELECT text FROM items WHERE id = ?1 AND user = ?2 AND deleted = 0",
+                params![id, user],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(old) = old else {
+            return Ok(false);
+        };
+        tx.execute("UPDATE items SET deleted = 1 WHERE id = ?1", [id])?;
+        tx.execute(
+            "INSERT INTO item_changes (item_id, user, event, old_text, new_text, at) VALUES (?1, ?2, 'forget', ?3, NULL, ?4)",
+            params![id, user, old, now_secs()],
         )?;
-        Ok(n > 0)
+        tx.commit()?;
+        Ok(true)
     }
 
     /// Replaces the text (and vector) of a live item of `user`, keeping its
@@ -821,16 +856,28 @@ impl Store {
     /// An item that is a triple of the semantic graph leaves the graph: its
     /// corrected text is no longer known to be that triple.
     pub fn correct_item(&mut self, user: &str, id: i64, text: &str, vector: Option<&[f32]>) -> Result<bool> {
-        let tx = self.conn.transaction()?;
-        let n = tx.execute(
-            "UPDATE items SET text = ?3, vector = COALESCE(?4, vector) WHERE id = ?1 AND user = ?2 AND deleted = 0",
-            params![id, user, text, vector.map(f16_blob)],
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let old: Option<String> = tx
+            .query_row(
+                "SELECT text FROM items WHERE id = ?1 AND user = ?2 AND deleted = 0",
+                params![id, user],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(old) = old else {
+            return Ok(false);
+        };
+        tx.execute(
+            "UPDATE items SET text = ?2, vector = COALESCE(?3, vector) WHERE id = ?1",
+            params![id, text, vector.map(f16_blob)],
         )?;
-        if n > 0 {
-            tx.execute("DELETE FROM triples WHERE item_id = ?1", [id])?;
-        }
+        tx.execute("DELETE FROM triples WHERE item_id = ?1", [id])?;
+        tx.execute(
+            "INSERT INTO item_changes (item_id, user, event, old_text, new_text, at) VALUES (?1, ?2, 'correct', ?3, ?4, ?5)",
+            params![id, user, old, text, now_secs()],
+        )?;
         tx.commit()?;
-        Ok(n > 0)
+        Ok(true)
     }
 
     /// The users with stored messages, sorted.

@@ -735,3 +735,87 @@ fn a_v5_store_migrates_and_keeps_its_items() {
     drop(m);
     assert_eq!(rusqlite_version(dir.path()), SCHEMA_VERSION);
 }
+
+/// Erasing a source from a pipeline whose state summarises messages
+/// (HEMA's compact summary) rebuilds that state from what remains: the
+/// erased words are in no item, no state value and no file; RAG keeps its
+/// other items untouched (same ids).
+#[test]
+fn erasing_a_source_rebuilds_summarising_state_and_leaves_no_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut convo = conversation();
+    convo.push(msg(2, 1, "Ann", "My locker combination is Xylofrabble 3391"));
+    convo.push(msg(2, 2, "Bob", "Xylofrabble, got it"));
+    let mut hema = open(dir.path(), "hema");
+    hema.ingest("ann", &convo).unwrap();
+    let mut rag = open(dir.path(), "rag");
+    rag.process("ann", &mut |_, _| {}).unwrap();
+    rag.retrieve("ann", "locker", 3).unwrap();
+    let compact = hema
+        .store()
+        .state("ann", "hema", "compact")
+        .unwrap()
+        .unwrap_or_default();
+    let words = hema.store().state("ann", "hema", "words").unwrap().unwrap_or_default();
+    assert!(
+        compact.contains("Xylofrabble") || words.contains("xylofrabbl"),
+        "{compact}"
+    );
+    let rag_before: Vec<i64> = rag
+        .store()
+        .items("ann", "rag", None)
+        .unwrap()
+        .iter()
+        .map(|i| i.id)
+        .collect();
+    let targets: Vec<i64> = hema
+        .store()
+        .messages_after("ann", 0)
+        .unwrap()
+        .iter()
+        .filter(|m| m.msg.text.contains("Xylofrabble"))
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(targets.len(), 2);
+    for id in &targets {
+        let r = hema.erase_source("ann", *id).unwrap();
+        assert_eq!(r.messages, vec![*id]);
+        assert_eq!(r.rebuilt, vec!["hema".to_string()]);
+        let r = rag.rebuild_after_erase("ann").unwrap();
+        assert!(r.rebuilt.is_empty());
+    }
+    // RAG kept every other item with its id.
+    let rag_after: Vec<i64> = rag
+        .store()
+        .items("ann", "rag", None)
+        .unwrap()
+        .iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(rag_after.len(), rag_before.len() - 2);
+    assert!(rag_after.iter().all(|id| rag_before.contains(id)));
+    // HEMA's memory was rebuilt from the six remaining messages.
+    assert_eq!(
+        hema.store().progress("ann", "hema").unwrap(),
+        hema.store().last_message_id("ann").unwrap()
+    );
+    for kind in ["hema", "rag"] {
+        for it in hema.store().items("ann", kind, None).unwrap() {
+            assert!(!it.text.contains("Xylofrabble"), "{}", it.text);
+        }
+    }
+    let hits = hema.retrieve("ann", "locker combination", 5).unwrap();
+    assert!(hits.iter().all(|h| !h.item.text.contains("Xylofrabble")));
+    drop((hema, rag));
+    for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
+        let bytes = std::fs::read(e.path()).unwrap();
+        for needle in [&b"Xylofrabble"[..], b"xylofrabbl"] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{} still holds {}",
+                e.path().display(),
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+}

@@ -614,6 +614,13 @@ impl Pipeline for Amory {
             + self.facts.memory_bytes()
     }
 
+    fn index_files(&self, env: &Env<'_>) -> Vec<std::path::PathBuf> {
+        [&self.fragments, &self.narratives, &self.subplots, &self.facts]
+            .into_iter()
+            .flat_map(|v| v.files(env))
+            .collect()
+    }
+
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.fragments.save(env)?;
         self.narratives.save(env)?;

@@ -699,6 +699,12 @@ impl Pipeline for Nemori {
         self.episodes.memory_bytes() + self.semantic.memory_bytes()
     }
 
+    fn index_files(&self, env: &Env<'_>) -> Vec<std::path::PathBuf> {
+        let mut f = self.episodes.files(env);
+        f.extend(self.semantic.files(env));
+        f
+    }
+
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.episodes.save(env)?;
         self.semantic.save(env)

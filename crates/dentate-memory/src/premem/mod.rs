@@ -681,6 +681,10 @@ impl Pipeline for Premem {
         self.vectors.memory_bytes() + self.centroids.values().map(|c| c.len() * 4 + 32).sum::<usize>()
     }
 
+    fn index_files(&self, env: &Env<'_>) -> Vec<std::path::PathBuf> {
+        self.vectors.files(env)
+    }
+
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.vectors.save(env)
     }

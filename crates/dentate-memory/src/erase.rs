@@ -360,6 +360,19 @@ impl Store {
         Ok(out)
     }
 
+    /// `limit` of `user`'s messages from position `offset`, oldest first
+    /// (positions count the messages that exist, so erased ones leave no
+    /// gap in a page).
+    pub fn messages_page(&self, user: &str, limit: usize, offset: usize) -> Result<Vec<crate::store::Message>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT id FROM messages WHERE user = ?1 ORDER BY id LIMIT ?2 OFFSET ?3")?;
+        let ids: Vec<i64> = st
+            .query_map(params![user, limit as i64, offset as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        self.messages(&ids)
+    }
+
     /// The id of `user`'s last message (0 when none).
     pub fn last_message_id(&self, user: &str) -> Result<i64> {
         Ok(self.conn.query_row(

@@ -326,9 +326,20 @@ impl Vectors {
     /// The BM25 index, loaded (or rebuilt from the store's item texts) on
     /// first use.
     pub(crate) fn lexical(&mut self, env: &Env<'_>) -> Result<&mut LexicalIndex> {
+        self.lexical_without(env, &[])
+    }
+
+    /// [`Vectors::lexical`], opened as the store stood before the items
+    /// `fresh` were committed (they are about to be added): the file saved
+    /// before then agrees with that, and is not rebuilt for nothing.
+    fn lexical_without(&mut self, env: &Env<'_>, fresh: &[i64]) -> Result<&mut LexicalIndex> {
         if self.lexical.is_none() {
             let path = self.lexical_path(env);
-            let texts = env.store.texts(env.user, self.pipeline, self.kind)?;
+            let mut texts = env.store.texts(env.user, self.pipeline, self.kind)?;
+            if !fresh.is_empty() {
+                let fresh: std::collections::HashSet<i64> = fresh.iter().copied().collect();
+                texts.retain(|(id, _)| !fresh.contains(id));
+            }
             let loaded = path.and_then(|p| LexicalIndex::load(&p).ok()).filter(|l| {
                 l.len() == texts.len()
                     && texts
@@ -401,9 +412,19 @@ impl Vectors {
 
     /// The vector memory, opened (or rebuilt from the store) on first use.
     pub(crate) fn get(&mut self, env: &Env<'_>) -> Result<&mut VectorMemory> {
+        self.get_without(env, &[])
+    }
+
+    /// [`Vectors::get`], opened as the store stood before the items `fresh`
+    /// were committed (see [`Vectors::lexical_without`]).
+    fn get_without(&mut self, env: &Env<'_>, fresh: &[i64]) -> Result<&mut VectorMemory> {
         if self.vm.is_none() {
             let path = self.path(env, "dnt");
-            let stored = env.store.vectors(env.user, self.pipeline, self.kind)?;
+            let mut stored = env.store.vectors(env.user, self.pipeline, self.kind)?;
+            if !fresh.is_empty() {
+                let fresh: std::collections::HashSet<i64> = fresh.iter().copied().collect();
+                stored.retain(|(id, _, _)| !fresh.contains(id));
+            }
             let vm = VectorMemory::open(path.as_deref(), env.embedder.dim(), self.cfg.clone(), stored)?;
             // The store's retrieval marks are the truth; the index file may
             // predate the last retrievals (it is saved after ingestion).
@@ -419,9 +440,9 @@ impl Vectors {
     /// vector index from the store when it has outgrown its kind.
     pub(crate) fn add(&mut self, env: &Env<'_>, ids: &[i64], turn: i64, vectors: &[f32], texts: &[&str]) -> Result<()> {
         let lex_ids: Vec<u64> = ids.iter().filter_map(|&i| u64::try_from(i).ok()).collect();
-        self.lexical(env)?.add(&lex_ids, texts)?;
+        self.lexical_without(env, ids)?.add(&lex_ids, texts)?;
         let (pipeline, kind) = (self.pipeline, self.kind);
-        let vm = self.get(env)?;
+        let vm = self.get_without(env, ids)?;
         if !ids.is_empty() {
             vm.add(ids, turn, vectors)?;
         }

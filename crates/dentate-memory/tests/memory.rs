@@ -716,11 +716,13 @@ fn a_v5_store_migrates_and_keeps_its_items() {
         let mut m = open(dir.path(), "hema");
         m.ingest("ann", &conversation()).unwrap();
     }
-    // Make it a v5 store: drop the v6 column and set the version back.
+    // Make it a v5 store: drop the v7 table and the v6 column, set the version back.
     {
         let c = rusqlite::Connection::open(dir.path().join("memory.db")).unwrap();
-        c.execute_batch("ALTER TABLE items DROP COLUMN last_retrieved; PRAGMA user_version = 5;")
-            .unwrap();
+        c.execute_batch(
+            "DROP TABLE item_changes; ALTER TABLE items DROP COLUMN last_retrieved; PRAGMA user_version = 5;",
+        )
+        .unwrap();
     }
     assert_eq!(rusqlite_version(dir.path()), 5);
     let mut m = open(dir.path(), "hema");

@@ -96,6 +96,13 @@ struct Slot {
 }
 
 impl Slot {
+    /// Records that this slot just wrote `user` (under its write lock, at
+    /// `generation`): what it holds is the next generation, so it need not
+    /// reload the user.
+    fn wrote(&mut self, user: &str, generation: u64) {
+        self.seen.insert(user.to_string(), (generation + 1, self.tick));
+    }
+
     /// Makes the slot's view of `user` current (`generation`), unloading a stale
     /// one, and unloads the least recently used users over `cap`.
     fn fresh(&mut self, user: &str, generation: u64, cap: usize) {
@@ -127,7 +134,8 @@ pub struct Engine {
     llm: Option<Arc<dyn Llm>>,
     /// Users, keys and jobs.
     pub registry: Registry,
-    pool: Mutex<Vec<Slot>>,
+    slots: Vec<Mutex<Slot>>,
+    next_slot: AtomicUsize,
     permits: Arc<tokio::sync::Semaphore>,
     users: Mutex<HashMap<String, Arc<UserState>>>,
     queue: Mutex<VecDeque<i64>>,
@@ -279,7 +287,8 @@ impl Engine {
             embedder,
             llm,
             registry,
-            pool: Mutex::new(pool),
+            slots: pool.into_iter().map(Mutex::new).collect(),
+            next_slot: AtomicUsize::new(0),
             users: Mutex::new(HashMap::new()),
             queue: Mutex::new(VecDeque::new()),
             wake: tokio::sync::Notify::new(),
@@ -320,7 +329,7 @@ impl Engine {
             queued.push(j.id);
         }
         let users = self.registry.all_users()?;
-        let slot = self.take_slot()?;
+        let slot = self.lock(&self.slots[0])?;
         let res = (|| -> Result<()> {
             for u in users {
                 if covered.contains(&u.id) {
@@ -341,7 +350,7 @@ impl Engine {
             }
             Ok(())
         })();
-        self.put_slot(slot);
+        drop(slot);
         res?;
         if !queued.is_empty() {
             log::info!("resuming {} unfinished ingest job(s)", queued.len());
@@ -354,22 +363,21 @@ impl Engine {
         m.lock().map_err(|_| ServeError::Internal("a lock was poisoned".into()))
     }
 
-    fn take_slot(&self) -> Result<Slot> {
-        self.lock(&self.pool)?
-            .pop()
-            .ok_or_else(|| ServeError::Internal("no free slot".into()))
+    /// The slot a user's work prefers: the one that last wrote the user
+    /// most likely holds it loaded and current.
+    fn home(&self, internal: &str) -> Option<usize> {
+        let h = internal.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        Some((h % self.slots.len() as u64) as usize)
     }
 
-    fn put_slot(&self, s: Slot) {
-        if let Ok(mut p) = self.pool.lock() {
-            p.push(s);
-        }
-    }
-
-    /// Runs `f` on a free slot in a blocking thread. A panic in `f`
+    /// Runs `f` on a free slot in a blocking thread, trying the `home`
+    /// slot first. A permit per slot guarantees one is free; a panic in `f`
     /// replaces the slot with a fresh one and is a 500.
     async fn on_slot<T: Send + 'static>(
         self: &Arc<Self>,
+        home: Option<usize>,
         f: impl FnOnce(&Engine, &mut Slot) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let permit = self
@@ -381,20 +389,31 @@ impl Engine {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let mut slot = this.take_slot()?;
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&this, &mut slot)));
-            match out {
-                Ok(r) => {
-                    this.put_slot(slot);
-                    r
+            let n = this.slots.len();
+            let start = home.unwrap_or_else(|| this.next_slot.fetch_add(1, Ordering::Relaxed) % n);
+            loop {
+                for i in 0..n {
+                    let slot = &this.slots[(start + i) % n];
+                    let mut guard = match slot.try_lock() {
+                        Ok(g) => g,
+                        Err(std::sync::TryLockError::WouldBlock) => continue,
+                        Err(std::sync::TryLockError::Poisoned(p)) => {
+                            slot.clear_poison();
+                            p.into_inner()
+                        }
+                    };
+                    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&this, &mut guard)));
+                    return match out {
+                        Ok(r) => r,
+                        Err(_) => {
+                            if let Ok(fresh) = Self::slot(&this.cfg, &this.kinds, &this.embedder, &this.llm) {
+                                *guard = fresh;
+                            }
+                            Err(ServeError::Internal("the operation panicked".into()))
+                        }
+                    };
                 }
-                Err(_) => {
-                    let fresh = Self::slot(&this.cfg, &this.kinds, &this.embedder, &this.llm);
-                    if let Ok(s) = fresh {
-                        this.put_slot(s);
-                    }
-                    Err(ServeError::Internal("the operation panicked".into()))
-                }
+                std::thread::yield_now();
             }
         })
         .await
@@ -502,7 +521,7 @@ impl Engine {
         let u = self.existing(p, user)?;
         let internal = u.internal.clone();
         let n = self
-            .on_slot(move |_, s| Ok(s.mems[0].store().message_count(&internal)?))
+            .on_slot(None, move |_, s| Ok(s.mems[0].store().message_count(&internal)?))
             .await?;
         Ok(UserOut {
             user_id: u.external,
@@ -526,7 +545,7 @@ impl Engine {
         let _w = st.lock.clone().write_owned().await;
         let (internal, id) = (u.internal.clone(), u.id);
         let out = self
-            .on_slot(move |e, s| {
+            .on_slot(None, move |e, s| {
                 let mut total = Erased::default();
                 for (i, m) in s.mems.iter_mut().enumerate() {
                     let r = m.erase_user(&internal)?;
@@ -615,7 +634,7 @@ impl Engine {
         let (tenant, user) = (p.tenant.clone(), user.to_string());
         let n = news.len();
         let out = self
-            .on_slot(move |e, s| {
+            .on_slot(None, move |e, s| {
                 let (u, _) = e.registry.ensure_user(&tenant, &user)?;
                 let ids = s.mems[0].add_messages(&u.internal, &news)?;
                 let job = match ids.last() {
@@ -666,13 +685,10 @@ impl Engine {
         p.require(Role::Read)?;
         let u = self.existing(p, user)?;
         let limit = check_page(limit)?;
-        let offset = offset.unwrap_or(0) as i64;
+        let offset = offset.unwrap_or(0);
         let internal = u.internal.clone();
-        self.on_slot(move |_, s| {
-            let store = s.mems[0].store();
-            let lo = offset;
-            let hi = offset.saturating_add(limit as i64);
-            let msgs = store.messages_in_seq(&internal, lo, hi)?;
+        self.on_slot(None, move |_, s| {
+            let msgs = s.mems[0].store().messages_page(&internal, limit, offset)?;
             Ok(MessageList {
                 messages: msgs.into_iter().map(source_out).collect(),
             })
@@ -689,7 +705,7 @@ impl Engine {
         let _w = st.lock.clone().write_owned().await;
         let internal = u.internal.clone();
         let out = self
-            .on_slot(move |_, s| {
+            .on_slot(None, move |_, s| {
                 let mut total = Erased::default();
                 for (i, m) in s.mems.iter_mut().enumerate() {
                     // The first handle erases the rows (every pipeline's);
@@ -761,7 +777,7 @@ impl Engine {
         let _r = st.lock.clone().read_owned().await;
         let generation = st.generation.load(Ordering::SeqCst);
         let (internal, query) = (u.internal.clone(), q.query);
-        self.on_slot(move |e, s| {
+        self.on_slot(self.home(&u.internal), move |e, s| {
             s.fresh(&internal, generation, e.cfg.loaded_users);
             let m = &mut s.mems[pi];
             let in_range = |r: &Retrieved| {
@@ -815,7 +831,7 @@ impl Engine {
         let u = self.existing(p, user)?;
         let internal = u.internal.clone();
         let kind = q.kind;
-        self.on_slot(move |_, s| {
+        self.on_slot(None, move |_, s| {
             let m = &s.mems[pi];
             let items = m.store().items(&internal, m.pipeline_name(), kind.as_deref())?;
             Ok(MemoryList {
@@ -835,7 +851,7 @@ impl Engine {
     pub async fn get(self: &Arc<Self>, p: &Principal, user: Option<&str>, id: i64) -> Result<MemoryOut> {
         p.require(Role::Read)?;
         let internal = self.owner_of(p, user, id).await?;
-        self.on_slot(move |_, s| {
+        self.on_slot(None, move |_, s| {
             let store = s.mems[0].store();
             let rec = store
                 .item_record(id)?
@@ -860,7 +876,9 @@ impl Engine {
             None => None,
         };
         let owner = self
-            .on_slot(move |_, s| Ok(s.mems[0].store().item_record(id)?.map(|r| r.item.user)))
+            .on_slot(None, move |_, s| {
+                Ok(s.mems[0].store().item_record(id)?.map(|r| r.item.user))
+            })
             .await?
             .ok_or_else(missing)?;
         let (tenant, _) = self.registry.user_by_internal(&owner)?.ok_or_else(missing)?;
@@ -914,8 +932,9 @@ impl Engine {
         let st = self.user_state(&internal)?;
         let _w = st.lock.clone().write_owned().await;
         let generation = st.generation.load(Ordering::SeqCst);
+        let home = self.home(&internal);
         let out = self
-            .on_slot(move |e, s| {
+            .on_slot(home, move |e, s| {
                 s.fresh(&internal, generation, e.cfg.loaded_users);
                 let pipeline = s.mems[0]
                     .store()
@@ -930,6 +949,7 @@ impl Engine {
                         ServeError::BadRequest(format!("memory {id} is of pipeline `{pipeline}`, not served here"))
                     })?;
                 f(m, &internal)?;
+                s.wrote(&internal, generation);
                 Ok(())
             })
             .await;
@@ -941,7 +961,7 @@ impl Engine {
     pub async fn history(self: &Arc<Self>, p: &Principal, user: Option<&str>, id: i64) -> Result<HistoryResponse> {
         p.require(Role::Read)?;
         let internal = self.owner_of(p, user, id).await?;
-        self.on_slot(move |_, s| {
+        self.on_slot(None, move |_, s| {
             let h = s.mems[0].history(&internal, id)?;
             Ok(HistoryResponse {
                 id,
@@ -975,7 +995,7 @@ impl Engine {
         let _r = st.lock.clone().read_owned().await;
         let generation = st.generation.load(Ordering::SeqCst);
         let (internal, question) = (u.internal.clone(), q.question);
-        self.on_slot(move |e, s| {
+        self.on_slot(self.home(&u.internal), move |e, s| {
             s.fresh(&internal, generation, e.cfg.loaded_users);
             let c = s.mems[pi].compose(&internal, &question, budget)?;
             Ok(ContextResponse {
@@ -999,7 +1019,7 @@ impl Engine {
         p.require(Role::Read)?;
         let u = self.existing(p, user)?;
         let internal = u.internal.clone();
-        self.on_slot(move |_, s| {
+        self.on_slot(None, move |_, s| {
             let store = s.mems[0].store();
             let items = store.items_from_messages(&internal, &messages)?;
             items
@@ -1091,7 +1111,7 @@ impl Engine {
         let (internal, user_id) = (u.internal.clone(), u.id);
         let generation = st.generation.load(Ordering::SeqCst);
         let out = self
-            .on_slot(move |e, s| {
+            .on_slot(self.home(&u.internal), move |e, s| {
                 s.fresh(&internal, generation, e.cfg.loaded_users);
                 let last = s.mems[0].store().last_message_id(&internal)?;
                 let mut processed = 0usize;
@@ -1104,6 +1124,7 @@ impl Engine {
                     let r = m.process(&internal, &mut report)?;
                     processed = processed.max(r.messages);
                 }
+                s.wrote(&internal, generation);
                 Ok((last, processed))
             })
             .await;

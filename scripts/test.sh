@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 # a Vulkan driver for the GPU backend.
 need=()
 command -v node >/dev/null || need+=(nodejs)
+# npm fetches the official MCP SDK client; a venv holds Schemathesis.
+command -v npm >/dev/null || need+=(npm)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 command -v clang >/dev/null || need+=(clang)
@@ -31,6 +34,16 @@ cargo test --workspace --all-targets --no-run
 # Unit, integration, property, CLI and documentation tests of every crate.
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# The memory service with real clients: the official MCP SDK (npm) over
+# stdio and streamable HTTP, with tenants' keys; then Schemathesis against
+# the OpenAPI document the server serves: no 5xx, every response, status
+# and content type as documented, auth probes with a key. The server is
+# stricter than JSON Schema can say (k and budget not together, one of
+# mem0's user_id/agent_id/run_id), so positive_data_acceptance is left out.
+crates/dentate-serve/tests/mcp/run.sh "${CARGO_TARGET_DIR:-target}/debug/dentate"
+ST_MAX_EXAMPLES=${ST_MAX_EXAMPLES:-50} ST_EXCLUDE=positive_data_acceptance \
+    crates/dentate-serve/tests/schema/run.sh "${CARGO_TARGET_DIR:-target}/debug/dentate"
 
 # Fuzz smoke: every cargo-fuzz target (fuzz/README.md) for a few seconds
 # from its generated seeds, on the stable toolchain (`-s none`), built

@@ -368,7 +368,10 @@ impl Store {
             .conn
             .prepare_cached("SELECT id FROM messages WHERE user = ?1 ORDER BY id LIMIT ?2 OFFSET ?3")?;
         let ids: Vec<i64> = st
-            .query_map(params![user, limit as i64, offset as i64], |r| r.get(0))?
+            .query_map(
+                params![user, limit as i64, i64::try_from(offset).unwrap_or(i64::MAX)],
+                |r| r.get(0),
+            )?
             .collect::<rusqlite::Result<_>>()?;
         self.messages(&ids)
     }

@@ -48,6 +48,17 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> 
     type Rejection = ServeError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // Every request body is a JSON object; serde's derived structs
+        // would also take a positional array (`["q", 3]`), which the
+        // document does not allow.
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, MAX_BODY)
+            .await
+            .map_err(|_| ServeError::TooLarge(format!("the body is over {MAX_BODY} bytes")))?;
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return Err(ServeError::BadRequest("the body must be a JSON object".into()));
+        }
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(Json(v)),
             Err(e) => Err(json_rejection(e)),

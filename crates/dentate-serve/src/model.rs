@@ -32,6 +32,7 @@ pub struct MessageIn {
 #[serde(deny_unknown_fields)]
 pub struct AppendRequest {
     /// The messages, in the order they were said (1 to 1,000).
+    #[schema(min_items = 1, max_items = 1000)]
     pub messages: Vec<MessageIn>,
 }
 
@@ -80,9 +81,11 @@ pub struct Job {
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     /// What to look for (non-empty, at most 8 KiB).
+    #[schema(min_length = 1, pattern = r"\S")]
     pub query: String,
     /// How many memories (1 to 1,000; default 10). Not with `budget`.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub k: Option<usize>,
     /// Instead of `k`: as many memories, best first, as fit in this many
     /// tokens (o200k_base) as the pipeline renders them (1 to 131,072).
@@ -179,6 +182,8 @@ pub struct MemoryList {
 pub struct ListQuery {
     /// At most this many (1 to 1,000; default 100).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 1000)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
     /// Skip this many first.
     #[serde(default)]
@@ -308,6 +313,8 @@ pub struct UserList {
 pub struct PageQuery {
     /// At most this many (1 to 1,000; default 100).
     #[serde(default)]
+    #[param(minimum = 1, maximum = 1000)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
     /// Skip this many first.
     #[serde(default)]

@@ -401,7 +401,10 @@ impl Registry {
             let mut st = c.prepare(
                 "SELECT id, external, created_at FROM users WHERE tenant = ?1 ORDER BY id LIMIT ?2 OFFSET ?3",
             )?;
-            let rows = st.query_map(params![tenant, limit as i64, offset as i64], Self::row_user)?;
+            let rows = st.query_map(
+                params![tenant, limit as i64, i64::try_from(offset).unwrap_or(i64::MAX)],
+                Self::row_user,
+            )?;
             rows.collect()
         })
     }

@@ -36,7 +36,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Engine settings (see [`crate::Config`] for where they come from).
+/// Engine settings (the CLI fills them from flags, the environment and a
+/// [`crate::FileConfig`]).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// The memory directory.

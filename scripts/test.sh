@@ -9,8 +9,7 @@ cd "$(dirname "$0")/.."
 # a Vulkan driver for the GPU backend.
 need=()
 command -v node >/dev/null || need+=(nodejs)
-# npm fetches the official MCP SDK client; a venv holds Schemathesis.
-command -v npm >/dev/null || need+=(npm)
+# A venv holds Schemathesis.
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
@@ -23,6 +22,14 @@ if ((${#need[@]})); then
     sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+# npm fetches the official MCP SDK client. Some Node packages bundle it
+# (and conflict with Debian's `npm`), so it is installed only when the
+# Node just installed came without it.
+if ! command -v npm >/dev/null; then
+    sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
+    ((${#need[@]})) || $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm
 fi
 
 # Build every test target once; the CLI binary comes out of the same build

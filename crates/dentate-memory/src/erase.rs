@@ -43,6 +43,23 @@ pub struct Erased {
     pub rebuilt: Vec<String>,
 }
 
+impl Erased {
+    /// Adds what `other` removed to this receipt (item ids kept sorted and
+    /// unique: a rebuild may count an item an erasure already named).
+    pub fn absorb(&mut self, other: Erased) {
+        self.messages.extend(other.messages);
+        self.items.extend(other.items);
+        self.items.sort_unstable();
+        self.items.dedup();
+        self.triples += other.triples;
+        self.derivations += other.derivations;
+        self.history += other.history;
+        self.state.extend(other.state);
+        self.files.extend(other.files);
+        self.rebuilt.extend(other.rebuilt);
+    }
+}
+
 /// One change in an item's history ([`Store::history`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -269,31 +286,13 @@ impl Store {
                  FROM items WHERE id = ?1",
             )?
             .query_row([id], |r| {
-                Ok((
-                    Item {
-                        id: r.get(0)?,
-                        user: r.get(1)?,
-                        pipeline: r.get(2)?,
-                        kind: r.get(3)?,
-                        text: r.get(4)?,
-                        said_at: r.get(5)?,
-                        refers_to: r.get(6)?,
-                        turn: r.get(7)?,
-                        parent: r.get(8)?,
-                        sources: Vec::new(),
-                    },
-                    r.get::<_, i64>(9)? != 0,
-                    r.get::<_, i64>(10)?,
-                ))
+                Ok((Store::row_item(r)?, r.get::<_, i64>(9)? != 0, r.get::<_, i64>(10)?))
             })
             .optional()?;
         let Some((mut item, deleted, created_at)) = row else {
             return Ok(None);
         };
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT message_id FROM item_sources WHERE item_id = ?1 ORDER BY message_id")?;
-        item.sources = st.query_map([id], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        item.sources = self.sources_of(id)?;
         Ok(Some(ItemRecord {
             item,
             deleted,

@@ -457,13 +457,7 @@ impl Memory {
     /// can be traced to one message.
     pub fn erase_source(&mut self, user: &str, message: i64) -> Result<Erased> {
         let mut receipt = self.store.erase_source(user, message)?;
-        let rest = self.rebuild_after_erase(user)?;
-        receipt.items.extend(rest.items);
-        receipt.items.sort_unstable();
-        receipt.items.dedup();
-        receipt.state.extend(rest.state);
-        receipt.files.extend(rest.files);
-        receipt.rebuilt.extend(rest.rebuilt);
+        receipt.absorb(self.rebuild_after_erase(user)?);
         Ok(receipt)
     }
 

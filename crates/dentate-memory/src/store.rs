@@ -675,7 +675,7 @@ impl Store {
         Ok(ids)
     }
 
-    fn sources_of(&self, id: i64) -> Result<Vec<i64>> {
+    pub(crate) fn sources_of(&self, id: i64) -> Result<Vec<i64>> {
         let mut st = self
             .conn
             .prepare_cached("SELECT message_id FROM item_sources WHERE item_id = ?1 ORDER BY message_id")?;
@@ -683,7 +683,7 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    fn row_item(r: &rusqlite::Row<'_>) -> rusqlite::Result<Item> {
+    pub(crate) fn row_item(r: &rusqlite::Row<'_>) -> rusqlite::Result<Item> {
         Ok(Item {
             id: r.get(0)?,
             user: r.get(1)?,
@@ -827,19 +827,23 @@ impl Store {
         Ok(b.map(|b| blob_f32(&b)))
     }
 
-    /// Marks a live item of `user` deleted (its history records the text it
-    /// had); returns whether it existed. [`Store::erase_source`] and
-    /// [`Store::erase_user`] remove items for good.
-    pub fn delete_item(&mut self, user: &str, id: i64) -> Result<bool> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let old: Option<String> = tx
+    /// The text of a live item of `user`, if there is one.
+    fn live_text(tx: &Transaction<'_>, user: &str, id: i64) -> Result<Option<String>> {
+        Ok(tx
             .query_row(
                 "SELECT text FROM items WHERE id = ?1 AND user = ?2 AND deleted = 0",
                 params![id, user],
                 |r| r.get(0),
             )
-            .optional()?;
-        let Some(old) = old else {
+            .optional()?)
+    }
+
+    /// Marks a live item of `user` deleted (its history records the text it
+    /// had); returns whether it existed. [`Store::erase_source`] and
+    /// [`Store::erase_user`] remove items for good.
+    pub fn delete_item(&mut self, user: &str, id: i64) -> Result<bool> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let Some(old) = Self::live_text(&tx, user, id)? else {
             return Ok(false);
         };
         tx.execute("UPDATE items SET deleted = 1 WHERE id = ?1", [id])?;
@@ -857,14 +861,7 @@ impl Store {
     /// corrected text is no longer known to be that triple.
     pub fn correct_item(&mut self, user: &str, id: i64, text: &str, vector: Option<&[f32]>) -> Result<bool> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let old: Option<String> = tx
-            .query_row(
-                "SELECT text FROM items WHERE id = ?1 AND user = ?2 AND deleted = 0",
-                params![id, user],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let Some(old) = old else {
+        let Some(old) = Self::live_text(&tx, user, id)? else {
             return Ok(false);
         };
         tx.execute(

@@ -570,16 +570,8 @@ impl Engine {
             .await;
         st.generation.fetch_add(1, Ordering::SeqCst);
         let (total, jobs) = out?;
-        if let Ok(mut q) = self.queue.lock() {
-            // Jobs of the erased user are finished; drop them from the queue.
-            let live: Vec<i64> = q.iter().copied().collect();
-            q.clear();
-            for j in live {
-                if self.registry.job(j).ok().flatten().is_some_and(|r| r.state == "queued") {
-                    q.push_back(j);
-                }
-            }
-        }
+        // Jobs of the erased user are finished; drop them from the queue.
+        self.prune_queue();
         Ok(receipt(total, jobs))
     }
 
@@ -722,17 +714,8 @@ impl Engine {
                         }
                         e => e.into(),
                     })?;
-                    total.items.extend(r.items);
-                    total.messages.extend(r.messages);
-                    total.triples += r.triples;
-                    total.derivations += r.derivations;
-                    total.history += r.history;
-                    total.state.extend(r.state);
-                    total.files.extend(r.files);
-                    total.rebuilt.extend(r.rebuilt);
+                    total.absorb(r);
                 }
-                total.items.sort_unstable();
-                total.items.dedup();
                 for m in &mut s.mems {
                     m.unload(&internal);
                 }
@@ -1142,12 +1125,8 @@ impl Engine {
             Ok((last, processed)) => {
                 let n = self.registry.finish_jobs(user_id, Some(last), "done", None)?;
                 self.metrics.job_finished("done", n, processed, secs);
-                if let Ok(mut q) = self.queue.lock() {
-                    // Jobs this run covered are done; keep the rest queued.
-                    q.retain(|j| *j != id);
-                    let covered: Vec<i64> = q.iter().copied().collect();
-                    q.retain(|j| !covered.contains(j) || self.job_state(*j).as_deref() == Some("queued"));
-                }
+                // Jobs this run covered are done; keep the rest queued.
+                self.prune_queue();
                 Ok(())
             }
             Err(e) => {
@@ -1161,6 +1140,14 @@ impl Engine {
                 self.metrics.job_finished("failed", 1, 0, secs);
                 Err(e)
             }
+        }
+    }
+
+    /// Drops from the queue every job no longer queued in the registry
+    /// (finished by a run that covered it, or cancelled by an erasure).
+    fn prune_queue(&self) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.retain(|j| self.job_state(*j).as_deref() == Some("queued"));
         }
     }
 

@@ -15,7 +15,8 @@ use std::time::Duration;
 #[derive(Args, Debug, Clone)]
 pub struct ServiceArgs {
     /// TOML configuration file (keys: dir, bind, pipelines, embedder,
-    /// slots, workers, queue, loaded_users, shutdown_grace_secs, tenant,
+    /// slots, workers, queue, loaded_users, save_after_secs,
+    /// shutdown_grace_secs, tenant,
     /// [llm] url/model/key_env).
     #[arg(long, env = "DENTATE_CONFIG")]
     pub config: Option<PathBuf>,
@@ -136,6 +137,9 @@ fn resolve(a: &ServiceArgs) -> Res<Resolved> {
     }
     if let Some(l) = file.loaded_users {
         engine.loaded_users = l;
+    }
+    if let Some(secs) = file.save_after_secs {
+        engine.save_after = Duration::from_secs(secs);
     }
     let spec = a
         .embedder

@@ -256,9 +256,6 @@ impl Pipeline for Hema {
             progress((g * 32 + batch.len()).min(msgs.len()), msgs.len());
         }
         report.live = self.vectors.get(env)?.len();
-        if report.messages > 0 {
-            self.vectors.save(env)?;
-        }
         Ok(report)
     }
 
@@ -368,6 +365,10 @@ impl Pipeline for Hema {
 
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.vectors.save(env)
+    }
+
+    fn load(&mut self, env: &Env<'_>) -> Result<()> {
+        self.vectors.load(env)
     }
 }
 

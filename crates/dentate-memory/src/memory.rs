@@ -6,12 +6,12 @@ use crate::error::{MemoryError, Result};
 use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
 use crate::nemori::{Nemori, NemoriConfig};
-use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever, Sayer};
+use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever, Sayer, check_embedder};
 use crate::premem::{Premem, PrememConfig};
 use crate::rag::{Rag, RagConfig};
 use crate::store::{NewMessage, Store, check_user};
 use dentate_embed::Embedder;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -152,6 +152,13 @@ impl PipelineKind {
 /// processes them ([`Memory::process`]); [`Memory::ingest`] does both. A
 /// failed `process` (model server down, crash) loses nothing: the next
 /// call resumes at the first message whose step was not committed.
+///
+/// The index files beside the store are caches of it. Before a user's
+/// indexes change, they are opened and their files removed; after the
+/// change the files are written again, at once by default or, with
+/// [`Memory::defer_saves`], when [`Memory::persist`] is called. A file on
+/// disk therefore always agrees with the store, whatever is interrupted
+/// where; a missing one is rebuilt from the store on next use.
 pub struct Memory {
     store: Store,
     embedder: Arc<dyn Embedder>,
@@ -159,6 +166,9 @@ pub struct Memory {
     kind: PipelineKind,
     retriever: Retriever,
     pipelines: HashMap<String, Box<dyn Pipeline>>,
+    /// Users whose open indexes are ahead of their (removed) files.
+    unsaved: HashSet<String>,
+    defer_saves: bool,
 }
 
 impl std::fmt::Debug for Memory {
@@ -217,7 +227,34 @@ impl Memory {
             llm,
             kind,
             pipelines: HashMap::new(),
+            unsaved: HashSet::new(),
+            defer_saves: false,
         }
+    }
+
+    /// Defers writing index files after a change until [`Memory::persist`]
+    /// (a server with many small writes: rewriting a user's indexes after
+    /// each would cost more than the write). Until then the changed users'
+    /// files are absent, so a crash costs a rebuild from the store, never
+    /// an index that disagrees with it. Off by default.
+    pub fn defer_saves(&mut self, on: bool) {
+        self.defer_saves = on;
+    }
+
+    /// Writes the index files of `user` if a change left them unwritten
+    /// (see [`Memory::defer_saves`]); returns whether it wrote them.
+    pub fn persist(&mut self, user: &str) -> Result<bool> {
+        if !self.unsaved.contains(user) {
+            return Ok(false);
+        }
+        self.with(user, |p, env| p.save(env))?;
+        self.unsaved.remove(user);
+        Ok(true)
+    }
+
+    /// The users whose index files a change left unwritten.
+    pub fn unsaved_users(&self) -> Vec<String> {
+        self.unsaved.iter().cloned().collect()
     }
 
     /// Chooses how items are found (default: hybrid, dense + BM25 fused
@@ -262,6 +299,36 @@ impl Memory {
         f(p.as_mut(), &mut env)
     }
 
+    /// Runs a change of `user`'s indexes (see the type's docs): opens them
+    /// and removes their files first (once until the next save), then
+    /// saves them unless saves are deferred. A failed change unloads the
+    /// user, since what is open may be half-changed; the next use rebuilds
+    /// it from the store.
+    fn change<T>(&mut self, user: &str, f: impl FnOnce(&mut dyn Pipeline, &mut Env<'_>) -> Result<T>) -> Result<T> {
+        check_user(user)?;
+        let out = (|| {
+            if !self.unsaved.contains(user) {
+                // A memory built with another embedder is refused before
+                // its indexes are opened with this one's dimension.
+                self.with(user, |p, env| {
+                    check_embedder(env, p.name())?;
+                    p.load(env)
+                })?;
+                self.remove_index_files(user)?;
+                self.unsaved.insert(user.to_string());
+            }
+            let v = self.with(user, f)?;
+            if !self.defer_saves {
+                self.persist(user)?;
+            }
+            Ok(v)
+        })();
+        if out.is_err() {
+            self.unload(user);
+        }
+        out
+    }
+
     /// Stores raw messages for `user` (committed before any processing) and
     /// returns the ids of those stored: a message already stored (same
     /// caller id and text, see [`crate::store::Store::append_messages`]) is
@@ -287,7 +354,7 @@ impl Memory {
 
     /// Processes the user's unprocessed messages.
     pub fn process(&mut self, user: &str, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport> {
-        self.with(user, |p, env| p.ingest(env, progress))
+        self.change(user, |p, env| p.ingest(env, progress))
     }
 
     /// Processes what the pipeline holds back for more messages (Nemori's
@@ -295,7 +362,7 @@ impl Memory {
     /// the last message of a conversation; streaming callers that expect
     /// more messages do not.
     pub fn flush(&mut self, user: &str) -> Result<IngestReport> {
-        self.with(user, |p, env| p.flush(env))
+        self.change(user, |p, env| p.flush(env))
     }
 
     /// [`Memory::add_messages`] then [`Memory::process`].
@@ -341,15 +408,15 @@ impl Memory {
 
     /// Deletes a memory item of `user` by id.
     pub fn forget(&mut self, user: &str, id: i64) -> Result<()> {
-        if !self.store.delete_item(user, id)? {
-            return Err(MemoryError::NotFound {
-                user: user.to_string(),
-                id,
-            });
-        }
-        self.with(user, |p, env| {
+        self.change(user, |p, env| {
+            if !env.store.delete_item(user, id)? {
+                return Err(MemoryError::NotFound {
+                    user: user.to_string(),
+                    id,
+                });
+            }
             p.drop_item(id);
-            p.save(env)
+            Ok(())
         })
     }
 
@@ -360,24 +427,17 @@ impl Memory {
             return Err(MemoryError::Invalid("the corrected text is empty".into()));
         }
         let v = self.embedder.embed(&[text])?;
-        if !self.store.correct_item(user, id, text, Some(&v))? {
-            return Err(MemoryError::NotFound {
-                user: user.to_string(),
-                id,
-            });
-        }
-        let turn = self
-            .store
-            .item(id)?
-            .ok_or_else(|| MemoryError::NotFound {
-                user: user.to_string(),
-                id,
-            })?
-            .turn;
+        let missing = || MemoryError::NotFound {
+            user: user.to_string(),
+            id,
+        };
         // Update both indexes in place (no rebuild, no retraining).
-        self.with(user, |p, env| {
-            p.replace_item(env, id, turn, &v, text)?;
-            p.save(env)
+        self.change(user, |p, env| {
+            if !env.store.correct_item(user, id, text, Some(&v))? {
+                return Err(missing());
+            }
+            let turn = env.store.item(id)?.ok_or_else(missing)?.turn;
+            p.replace_item(env, id, turn, &v, text)
         })
     }
 
@@ -391,15 +451,20 @@ impl Memory {
     /// and indexes), so the next call reloads them from the store and the
     /// index files: what a process sharing the directory with another
     /// writer does after that writer changed the user.
+    ///
+    /// Changes not yet persisted (see [`Memory::defer_saves`]) are dropped
+    /// with it; their files are absent, so the next use rebuilds the
+    /// indexes from the store. Call [`Memory::persist`] first to keep them.
     pub fn unload(&mut self, user: &str) {
         self.pipelines.remove(user);
+        self.unsaved.remove(user);
     }
 
     /// Removes the index files of `user` beside the store (and any
-    /// temporary file of an interrupted write of them); their names go to
-    /// `receipt.files`. The pipeline is unloaded first.
-    fn remove_index_files(&mut self, user: &str, receipt: &mut Erased) -> Result<()> {
-        self.pipelines.remove(user);
+    /// temporary file of an interrupted write of them), durably (the
+    /// directory is synced), and returns their names.
+    fn remove_index_files(&mut self, user: &str) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
         let files = {
             let p = self.kind.build();
             let env = Env {
@@ -426,7 +491,7 @@ impl Memory {
             }
             for f in doomed {
                 match std::fs::remove_file(&f) {
-                    Ok(()) => receipt.files.push(
+                    Ok(()) => removed.push(
                         f.file_name()
                             .map(|n| n.to_string_lossy().into_owned())
                             .unwrap_or_default(),
@@ -436,7 +501,13 @@ impl Memory {
                 }
             }
         }
-        Ok(())
+        #[cfg(unix)]
+        if !removed.is_empty()
+            && let Some(dir) = self.store.dir()
+        {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(removed)
     }
 
     /// Erases `user` for good: messages, items of every pipeline, triples,
@@ -444,7 +515,8 @@ impl Memory {
     /// [`Store::erase_user`]). Returns the receipt.
     pub fn erase_user(&mut self, user: &str) -> Result<Erased> {
         let mut receipt = self.store.erase_user(user)?;
-        self.remove_index_files(user, &mut receipt)?;
+        self.unload(user);
+        receipt.files.extend(self.remove_index_files(user)?);
         Ok(receipt)
     }
 
@@ -467,8 +539,11 @@ impl Memory {
     /// its state summarises messages, rebuilds its memory of the user from
     /// the remaining messages. Returns what that removed.
     pub fn rebuild_after_erase(&mut self, user: &str) -> Result<Erased> {
-        let mut receipt = Erased::default();
-        self.remove_index_files(user, &mut receipt)?;
+        self.unload(user);
+        let mut receipt = Erased {
+            files: self.remove_index_files(user)?,
+            ..Erased::default()
+        };
         let name = self.kind.name();
         if self.store.summarises(user, name)? {
             self.store.reset_pipeline(user, name, &mut receipt)?;

@@ -241,8 +241,16 @@ pub trait Pipeline: Send {
     fn replace_item(&mut self, env: &Env<'_>, id: i64, turn: i64, vector: &[f32], text: &str) -> Result<()>;
     /// Heap bytes of the pipeline's index.
     fn memory_bytes(&self) -> usize;
-    /// Writes the pipeline's index files.
+    /// Writes the pipeline's index files (the indexes that are open).
+    /// [`crate::Memory`] calls it after a change (or, with deferred saves,
+    /// when asked to persist); pipelines never call it themselves.
     fn save(&self, env: &Env<'_>) -> Result<()>;
+    /// Opens every index of the pipeline for the user (from its file, or
+    /// rebuilt from the store when the file is missing or disagrees), as
+    /// the store stands now. [`crate::Memory`] calls it before a change, so
+    /// the files can then be removed: an index file on disk always agrees
+    /// with the store.
+    fn load(&mut self, env: &Env<'_>) -> Result<()>;
     /// The paths of the index files the pipeline keeps for the user, beside
     /// the store (whether or not they exist yet); none for an in-memory
     /// store. Erasure removes them.
@@ -501,6 +509,13 @@ impl Vectors {
             .into_iter()
             .flatten()
             .collect()
+    }
+
+    /// Opens both indexes (see [`Pipeline::load`]).
+    pub(crate) fn load(&mut self, env: &Env<'_>) -> Result<()> {
+        self.get(env)?;
+        self.lexical(env)?;
+        Ok(())
     }
 
     /// Writes the index files that are open.

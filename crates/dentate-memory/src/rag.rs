@@ -114,9 +114,6 @@ impl Pipeline for Rag {
             progress((b * BATCH + batch.len()).min(msgs.len()), msgs.len());
         }
         report.live = self.vectors.get(env)?.len();
-        if report.messages > 0 {
-            self.vectors.save(env)?;
-        }
         Ok(report)
     }
 
@@ -162,5 +159,9 @@ impl Pipeline for Rag {
 
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.vectors.save(env)
+    }
+
+    fn load(&mut self, env: &Env<'_>) -> Result<()> {
+        self.vectors.load(env)
     }
 }

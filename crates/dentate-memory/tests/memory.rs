@@ -177,6 +177,84 @@ fn index_file_is_rebuilt_from_the_store() {
     drop(m);
 }
 
+/// The index files of `user` in `dir` (vector and BM25, every kind).
+fn index_files_of(dir: &std::path::Path, user: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.starts_with(&format!("{user}.")) && (n.ends_with(".dnt") || n.ends_with(".lex")))
+        .collect();
+    v.sort();
+    v
+}
+
+/// With deferred saves a change leaves the user's index files absent until
+/// `persist`: a crash before then (the handle dropped unsaved) costs a
+/// rebuild from the store and the same answers, in every pipeline.
+#[test]
+fn deferred_saves_never_leave_a_file_that_disagrees() {
+    for kind in ["rag", "hema", "nemori", "amory", "premem"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path(), kind);
+        m.defer_saves(true);
+        m.ingest("ann", &conversation()).unwrap();
+        m.flush("ann").unwrap();
+        m.ingest("bo", &conversation()).unwrap();
+        assert!(index_files_of(dir.path(), "ann").is_empty(), "{kind}");
+        let mut users = m.unsaved_users();
+        users.sort();
+        assert_eq!(users, ["ann", "bo"], "{kind}");
+        let q = "What is the name of the cat Ann adopted?";
+        let ids =
+            |m: &mut Memory, u: &str| -> Vec<i64> { m.retrieve(u, q, 3).unwrap().iter().map(|r| r.item.id).collect() };
+        let (ann, bo) = (ids(&mut m, "ann"), ids(&mut m, "bo"));
+        assert!(!ann.is_empty(), "{kind}");
+        // Persist one user; "crash" with the other unsaved.
+        assert!(m.persist("bo").unwrap(), "{kind}");
+        assert!(!m.persist("bo").unwrap(), "{kind}: nothing left to write");
+        assert!(!index_files_of(dir.path(), "bo").is_empty(), "{kind}");
+        assert!(index_files_of(dir.path(), "ann").is_empty(), "{kind}");
+        drop(m);
+        let mut m = open(dir.path(), kind);
+        assert_eq!(ids(&mut m, "ann"), ann, "{kind}: rebuilt from the store");
+        assert_eq!(ids(&mut m, "bo"), bo, "{kind}: loaded from its files");
+        // Saving eagerly (the default) writes the files at once.
+        m.ingest("ann", &[msg(4, 1, "Ann", "The vet said Pixel is healthy.")])
+            .unwrap();
+        assert!(!index_files_of(dir.path(), "ann").is_empty(), "{kind}");
+        assert!(m.unsaved_users().is_empty(), "{kind}");
+    }
+}
+
+/// A correction replaces an item's vector under the same id, which an id
+/// check cannot see: its files are removed before the store changes, so
+/// an interrupted correction never leaves the old vector to be loaded.
+#[test]
+fn an_interrupted_correction_never_serves_the_old_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    m.set_retriever(dentate_memory::Retriever::Dense);
+    m.ingest("ann", &conversation()).unwrap();
+    let old = m.retrieve("ann", "cat Pixel adopted", 1).unwrap().remove(0);
+    assert!(old.item.text.contains("Pixel"));
+    let files = index_files_of(dir.path(), "ann");
+    assert_eq!(files.len(), 2, "{files:?}");
+    drop(m);
+    let mut m = open(dir.path(), "rag");
+    m.defer_saves(true);
+    let text = "Ann's cat is called Zorblax now";
+    m.correct("ann", old.item.id, text).unwrap();
+    assert!(index_files_of(dir.path(), "ann").is_empty());
+    drop(m); // no persist: the crash
+    let mut m = open(dir.path(), "rag");
+    m.set_retriever(dentate_memory::Retriever::Dense);
+    let hit = m.retrieve("ann", text, 1).unwrap().remove(0);
+    assert_eq!(hit.item.id, old.item.id);
+    assert_eq!(hit.item.text, text);
+    assert!(hit.score > 0.99, "the index holds the corrected vector: {}", hit.score);
+}
+
 #[test]
 fn store_schema_and_refusals() {
     let dir = tempfile::tempdir().unwrap();

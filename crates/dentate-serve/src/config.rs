@@ -12,6 +12,7 @@
 //! workers = 2                  # ingest workers
 //! queue = 1024                 # ingest jobs that may wait before appends get 429
 //! loaded_users = 256           # users whose indexes one slot keeps in memory
+//! save_after_secs = 30         # how long changed index files may stay unwritten
 //! shutdown_grace_secs = 30     # how long shutdown waits for running ingests
 //! tenant = "default"           # the tenant `dentate mcp` (stdio) acts for
 //!
@@ -58,6 +59,8 @@ pub struct FileConfig {
     pub queue: Option<usize>,
     /// Users kept loaded per slot.
     pub loaded_users: Option<usize>,
+    /// Seconds a user's changed index files may stay unwritten.
+    pub save_after_secs: Option<u64>,
     /// Shutdown grace, seconds.
     pub shutdown_grace_secs: Option<u64>,
     /// The tenant of `dentate mcp`.

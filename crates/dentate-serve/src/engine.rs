@@ -16,6 +16,18 @@
 //! - **Freshness.** Each write bumps the user's generation; a slot whose
 //!   cached pipeline for that user is older unloads it and reloads from the
 //!   store and index files, so a read after a finished write sees it.
+//! - **Routing.** Work on a user goes to a slot that holds the user's
+//!   current generation (or, when none does, to the user's home slot, by
+//!   hash), waiting up to [`REROUTE_AFTER`] for it before taking any free
+//!   slot; so a user is rarely loaded in two slots and a write rarely makes
+//!   another slot reload.
+//! - **Index files.** Handles defer writing index files
+//!   ([`Memory::defer_saves`]): a write removes the user's files and a
+//!   persister writes them again once the user has had unsaved changes for
+//!   `save_after` (and at eviction and shutdown), under the user's read
+//!   lock and only from the slot holding the current generation. A crash
+//!   in between costs a rebuild of those indexes from the store, never a
+//!   wrong answer.
 //! - **Ingest queue.** An append commits the messages, then a job row
 //!   (`service.db`), and only then answers. Workers take jobs in order; a
 //!   run processes every message stored so far, finishing every job it
@@ -52,11 +64,15 @@ pub struct EngineConfig {
     pub queue: usize,
     /// Users whose indexes one slot keeps loaded (least recently used go).
     pub loaded_users: usize,
+    /// How long a user's changed indexes may stay unwritten (their files
+    /// absent) before the persister writes them.
+    pub save_after: Duration,
 }
 
 impl EngineConfig {
     /// Defaults for `dir`: the RAG pipeline, one slot per core (at least
-    /// 2), one worker per two slots, a queue of 1,024, 256 loaded users.
+    /// 2), one worker per two slots, a queue of 1,024, 256 loaded users,
+    /// index files written 30 s after a change.
     pub fn new(dir: PathBuf) -> EngineConfig {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let slots = cores.max(2);
@@ -67,6 +83,7 @@ impl EngineConfig {
             workers: (slots / 2).max(1),
             queue: 1024,
             loaded_users: 256,
+            save_after: Duration::from_secs(30),
         }
     }
 }
@@ -83,46 +100,102 @@ pub const MAX_K: usize = 1000;
 pub const MAX_BUDGET: usize = 131_072;
 /// Largest page.
 pub const MAX_PAGE: usize = 1000;
+/// How long work on a user waits for a slot holding the user (or its home
+/// slot) before it takes any free slot and loads the user there.
+pub const REROUTE_AFTER: Duration = Duration::from_millis(20);
 
 struct UserState {
     lock: Arc<tokio::sync::RwLock<()>>,
     generation: AtomicU64,
+    /// Slots holding the current generation (bit `i % 64` for slot `i`): a
+    /// routing hint, never trusted for correctness.
+    holders: AtomicU64,
+}
+
+impl UserState {
+    fn bit(slot: usize) -> u64 {
+        1u64 << (slot % 64)
+    }
 }
 
 struct Slot {
+    index: usize,
     mems: Vec<Memory>,
     /// user → (generation loaded, last use).
     seen: HashMap<String, (u64, u64)>,
+    /// Users with changes whose index files are unwritten, since when.
+    unsaved: HashMap<String, Instant>,
     tick: u64,
 }
 
 impl Slot {
     /// Records that this slot just wrote `user` (under its write lock, at
     /// `generation`): what it holds is the next generation, so it need not
-    /// reload the user.
-    fn wrote(&mut self, user: &str, generation: u64) {
+    /// reload the user, and no other slot holds that.
+    fn wrote(&mut self, user: &str, st: &UserState, generation: u64) {
         self.seen.insert(user.to_string(), (generation + 1, self.tick));
+        st.holders.store(UserState::bit(self.index), Ordering::SeqCst);
+        if self.mems.iter().any(|m| m.unsaved_users().iter().any(|u| u == user)) {
+            self.unsaved.entry(user.to_string()).or_insert_with(Instant::now);
+        }
     }
 
-    /// Makes the slot's view of `user` current (`generation`), unloading a stale
-    /// one, and unloads the least recently used users over `cap`.
-    fn fresh(&mut self, user: &str, generation: u64, cap: usize) {
+    /// Drops what the slot holds of `user` (unsaved changes included).
+    fn drop_user(&mut self, user: &str) {
+        for m in &mut self.mems {
+            m.unload(user);
+        }
+        self.seen.remove(user);
+        self.unsaved.remove(user);
+    }
+
+    /// Writes the index files of `user` if the slot holds unsaved changes
+    /// that are current; a stale copy is dropped instead. Needs the user's
+    /// read lock (`try_read`; returns false when a write holds it).
+    fn persist(&mut self, user: &str, st: &UserState) -> bool {
+        let Ok(_r) = st.lock.try_read() else {
+            return false;
+        };
+        let current = self
+            .seen
+            .get(user)
+            .is_some_and(|&(g, _)| g == st.generation.load(Ordering::SeqCst));
+        if !current {
+            self.drop_user(user);
+            return true;
+        }
+        for m in &mut self.mems {
+            if let Err(e) = m.persist(user) {
+                // The files stay absent; the next load rebuilds from the store.
+                log::warn!("writing the index files of {user}: {e}");
+            }
+        }
+        self.unsaved.remove(user);
+        true
+    }
+
+    /// Makes the slot's view of `user` current (`generation`), unloading a
+    /// stale one, and unloads the least recently used users over `cap`
+    /// (writing their index files first).
+    fn fresh(&mut self, e: &Engine, user: &str, st: &UserState, generation: u64) {
         self.tick += 1;
         let stale = self.seen.get(user).is_some_and(|&(g, _)| g != generation);
         if stale {
-            for m in &mut self.mems {
-                m.unload(user);
-            }
+            self.drop_user(user);
         }
         self.seen.insert(user.to_string(), (generation, self.tick));
-        while self.seen.len() > cap.max(1) {
+        st.holders.fetch_or(UserState::bit(self.index), Ordering::SeqCst);
+        while self.seen.len() > e.cfg.loaded_users.max(1) {
             let Some(old) = self.seen.iter().min_by_key(|(_, (_, t))| *t).map(|(u, _)| u.clone()) else {
                 break;
             };
-            for m in &mut self.mems {
-                m.unload(&old);
+            if let Ok(ost) = e.user_state(&old) {
+                if self.unsaved.contains_key(&old) {
+                    self.persist(&old, &ost);
+                }
+                ost.holders.fetch_and(!UserState::bit(self.index), Ordering::SeqCst);
             }
-            self.seen.remove(&old);
+            self.drop_user(&old);
         }
     }
 }
@@ -279,8 +352,8 @@ impl Engine {
         }
         let registry = Registry::open(&cfg.dir)?;
         let mut pool = Vec::with_capacity(cfg.slots);
-        for _ in 0..cfg.slots {
-            pool.push(Self::slot(&cfg, &kinds, &embedder, &llm)?);
+        for i in 0..cfg.slots {
+            pool.push(Self::slot(i, &cfg, &kinds, &embedder, &llm)?);
         }
         let engine = Arc::new(Engine {
             permits: Arc::new(tokio::sync::Semaphore::new(cfg.slots)),
@@ -305,6 +378,7 @@ impl Engine {
     }
 
     fn slot(
+        index: usize,
         cfg: &EngineConfig,
         kinds: &[PipelineKind],
         embedder: &Arc<dyn Embedder>,
@@ -312,11 +386,17 @@ impl Engine {
     ) -> Result<Slot> {
         let mems = kinds
             .iter()
-            .map(|k| Memory::open(&cfg.dir, k.clone(), embedder.clone(), llm.clone()))
+            .map(|k| {
+                let mut m = Memory::open(&cfg.dir, k.clone(), embedder.clone(), llm.clone())?;
+                m.defer_saves(true);
+                Ok(m)
+            })
             .collect::<dentate_memory::Result<Vec<_>>>()?;
         Ok(Slot {
+            index,
             mems,
             seen: HashMap::new(),
+            unsaved: HashMap::new(),
             tick: 0,
         })
     }
@@ -364,21 +444,23 @@ impl Engine {
         m.lock().map_err(|_| ServeError::Internal("a lock was poisoned".into()))
     }
 
-    /// The slot a user's work prefers: the one that last wrote the user
-    /// most likely holds it loaded and current.
-    fn home(&self, internal: &str) -> Option<usize> {
+    /// Routing for work on a user (see the module docs): its home slot
+    /// (by hash) and its state.
+    fn route(&self, internal: &str, st: &Arc<UserState>) -> Option<(usize, Arc<UserState>)> {
         let h = internal.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
         });
-        Some((h % self.slots.len() as u64) as usize)
+        Some(((h % self.slots.len() as u64) as usize, st.clone()))
     }
 
-    /// Runs `f` on a free slot in a blocking thread, trying the `home`
-    /// slot first. A permit per slot guarantees one is free; a panic in `f`
-    /// replaces the slot with a fresh one and is a 500.
+    /// Runs `f` on a free slot in a blocking thread. Work on a user
+    /// (`route`) takes a slot holding the user's current generation, or
+    /// its home slot when none does, and any free slot after
+    /// [`REROUTE_AFTER`]. A permit per slot guarantees one is free; a
+    /// panic in `f` replaces the slot with a fresh one and is a 500.
     async fn on_slot<T: Send + 'static>(
         self: &Arc<Self>,
-        home: Option<usize>,
+        route: Option<(usize, Arc<UserState>)>,
         f: impl FnOnce(&Engine, &mut Slot) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let permit = self
@@ -391,10 +473,25 @@ impl Engine {
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let n = this.slots.len();
-            let start = home.unwrap_or_else(|| this.next_slot.fetch_add(1, Ordering::Relaxed) % n);
+            let start = route
+                .as_ref()
+                .map_or_else(|| this.next_slot.fetch_add(1, Ordering::Relaxed) % n, |r| r.0);
+            let deadline = Instant::now() + REROUTE_AFTER;
+            let mut spins = 0u32;
             loop {
+                let allowed = match &route {
+                    Some((home, st)) if Instant::now() < deadline => match st.holders.load(Ordering::SeqCst) {
+                        0 => UserState::bit(*home),
+                        h => h,
+                    },
+                    _ => u64::MAX,
+                };
                 for i in 0..n {
-                    let slot = &this.slots[(start + i) % n];
+                    let index = (start + i) % n;
+                    if allowed & UserState::bit(index) == 0 {
+                        continue;
+                    }
+                    let slot = &this.slots[index];
                     let mut guard = match slot.try_lock() {
                         Ok(g) => g,
                         Err(std::sync::TryLockError::WouldBlock) => continue,
@@ -407,14 +504,19 @@ impl Engine {
                     return match out {
                         Ok(r) => r,
                         Err(_) => {
-                            if let Ok(fresh) = Self::slot(&this.cfg, &this.kinds, &this.embedder, &this.llm) {
+                            if let Ok(fresh) = Self::slot(index, &this.cfg, &this.kinds, &this.embedder, &this.llm) {
                                 *guard = fresh;
                             }
                             Err(ServeError::Internal("the operation panicked".into()))
                         }
                     };
                 }
-                std::thread::yield_now();
+                spins += 1;
+                if spins < 64 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
             }
         })
         .await
@@ -429,6 +531,7 @@ impl Engine {
                 Arc::new(UserState {
                     lock: Arc::new(tokio::sync::RwLock::new(())),
                     generation: AtomicU64::new(0),
+                    holders: AtomicU64::new(0),
                 })
             })
             .clone())
@@ -569,6 +672,7 @@ impl Engine {
             })
             .await;
         st.generation.fetch_add(1, Ordering::SeqCst);
+        st.holders.store(0, Ordering::SeqCst);
         let (total, jobs) = out?;
         // Jobs of the erased user are finished; drop them from the queue.
         self.prune_queue();
@@ -723,6 +827,7 @@ impl Engine {
             })
             .await;
         st.generation.fetch_add(1, Ordering::SeqCst);
+        st.holders.store(0, Ordering::SeqCst);
         Ok(receipt(out?, 0))
     }
 
@@ -761,8 +866,9 @@ impl Engine {
         let _r = st.lock.clone().read_owned().await;
         let generation = st.generation.load(Ordering::SeqCst);
         let (internal, query) = (u.internal.clone(), q.query);
-        self.on_slot(self.home(&u.internal), move |e, s| {
-            s.fresh(&internal, generation, e.cfg.loaded_users);
+        let route = self.route(&u.internal, &st);
+        self.on_slot(route, move |e, s| {
+            s.fresh(e, &internal, &st, generation);
             let m = &mut s.mems[pi];
             let in_range = |r: &Retrieved| {
                 let t = r.item.said_at;
@@ -916,10 +1022,10 @@ impl Engine {
         let st = self.user_state(&internal)?;
         let _w = st.lock.clone().write_owned().await;
         let generation = st.generation.load(Ordering::SeqCst);
-        let home = self.home(&internal);
+        let (route, st2) = (self.route(&internal, &st), st.clone());
         let out = self
-            .on_slot(home, move |e, s| {
-                s.fresh(&internal, generation, e.cfg.loaded_users);
+            .on_slot(route, move |e, s| {
+                s.fresh(e, &internal, &st2, generation);
                 let pipeline = s.mems[0]
                     .store()
                     .item_record(id)?
@@ -933,7 +1039,7 @@ impl Engine {
                         ServeError::BadRequest(format!("memory {id} is of pipeline `{pipeline}`, not served here"))
                     })?;
                 f(m, &internal)?;
-                s.wrote(&internal, generation);
+                s.wrote(&internal, &st2, generation);
                 Ok(())
             })
             .await;
@@ -979,8 +1085,9 @@ impl Engine {
         let _r = st.lock.clone().read_owned().await;
         let generation = st.generation.load(Ordering::SeqCst);
         let (internal, question) = (u.internal.clone(), q.question);
-        self.on_slot(self.home(&u.internal), move |e, s| {
-            s.fresh(&internal, generation, e.cfg.loaded_users);
+        let route = self.route(&u.internal, &st);
+        self.on_slot(route, move |e, s| {
+            s.fresh(e, &internal, &st, generation);
             let c = s.mems[pi].compose(&internal, &question, budget)?;
             Ok(ContextResponse {
                 prompt: c.prompt,
@@ -1034,12 +1141,78 @@ impl Engine {
 
     /// Starts the ingest workers on the current Tokio runtime.
     pub fn start_workers(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
-        (0..self.cfg.workers)
+        let mut tasks: Vec<_> = (0..self.cfg.workers)
             .map(|_| {
                 let e = self.clone();
                 tokio::spawn(async move { e.work().await })
             })
-            .collect()
+            .collect();
+        let e = self.clone();
+        tasks.push(tokio::spawn(async move { e.persister().await }));
+        tasks
+    }
+
+    /// Writes index files that have been unsaved for `save_after`, one user
+    /// at a time from a free slot, until shutdown.
+    async fn persister(self: Arc<Self>) {
+        let tick = (self.cfg.save_after / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
+        while !self.closing() {
+            tokio::time::sleep(tick).await;
+            for i in 0..self.slots.len() {
+                loop {
+                    let this = self.clone();
+                    let wrote = tokio::task::spawn_blocking(move || this.persist_one(i, this.cfg.save_after))
+                        .await
+                        .unwrap_or(false);
+                    if !wrote || self.closing() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the index files of one user of slot `i` unsaved for at least
+    /// `age`, if the slot (and a permit) is free now; returns whether it
+    /// did anything.
+    fn persist_one(&self, i: usize, age: Duration) -> bool {
+        let Ok(_permit) = self.permits.try_acquire() else {
+            return false;
+        };
+        let Ok(mut slot) = self.slots[i].try_lock() else {
+            return false;
+        };
+        let due = slot
+            .unsaved
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= age)
+            .min_by_key(|(_, since)| **since)
+            .map(|(u, _)| u.clone());
+        let Some(user) = due else {
+            return false;
+        };
+        match self.user_state(&user) {
+            Ok(st) => slot.persist(&user, &st),
+            Err(_) => false,
+        }
+    }
+
+    /// Writes every unsaved index file of every slot (at shutdown, after
+    /// the workers stopped); returns how many users' files were written.
+    pub fn persist_all(&self) -> usize {
+        let mut n = 0;
+        for slot in &self.slots {
+            let Ok(mut slot) = slot.lock() else { continue };
+            let users: Vec<String> = slot.unsaved.keys().cloned().collect();
+            for user in users {
+                if let Ok(st) = self.user_state(&user)
+                    && slot.persist(&user, &st)
+                {
+                    n += 1;
+                }
+            }
+        }
+        n
     }
 
     async fn work(self: Arc<Self>) {
@@ -1094,9 +1267,10 @@ impl Engine {
         let started = Instant::now();
         let (internal, user_id) = (u.internal.clone(), u.id);
         let generation = st.generation.load(Ordering::SeqCst);
+        let (route, st2) = (self.route(&u.internal, &st), st.clone());
         let out = self
-            .on_slot(self.home(&u.internal), move |e, s| {
-                s.fresh(&internal, generation, e.cfg.loaded_users);
+            .on_slot(route, move |e, s| {
+                s.fresh(e, &internal, &st2, generation);
                 let last = s.mems[0].store().last_message_id(&internal)?;
                 let mut processed = 0usize;
                 for m in &mut s.mems {
@@ -1108,7 +1282,7 @@ impl Engine {
                     let r = m.process(&internal, &mut report)?;
                     processed = processed.max(r.messages);
                 }
-                s.wrote(&internal, generation);
+                s.wrote(&internal, &st2, generation);
                 Ok((last, processed))
             })
             .await;
@@ -1174,6 +1348,9 @@ impl Engine {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Blocking, but nothing else runs any more.
+        let n = self.persist_all();
+        log::info!("wrote the index files of {n} user(s)");
         true
     }
 

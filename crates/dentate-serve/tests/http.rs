@@ -7,6 +7,7 @@ mod common;
 use common::{Server, config, files_containing};
 use dentate_serve::{Registry, Role};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 fn msgs(texts: &[&str]) -> Value {
     json!({"messages": texts.iter().enumerate().map(|(i, t)| json!({
@@ -551,6 +552,74 @@ fn bad_input_is_a_4xx_that_names_the_problem() {
         .send("query")
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
+}
+
+/// Index files (`.dnt`, `.lex`) in `dir`.
+fn index_files(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.ends_with(".dnt") || n.ends_with(".lex"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The server writes a user's index files only once the user's changes
+/// are `save_after` old, and at shutdown; until then they are absent (a
+/// crash rebuilds them from the store) and answers are the same.
+#[test]
+fn index_files_are_written_late_and_at_shutdown() {
+    let search = |s: &Server| {
+        let r = s.json(
+            "POST",
+            "/v1/users/u/search",
+            None,
+            json!({"query": "pottery kiln", "k": 3}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+        ids(&r.json)
+    };
+    // A long delay: nothing is written until the server stops.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.save_after = Duration::from_secs(3600);
+    let s = Server::start(cfg.clone(), true);
+    let r = s.json(
+        "POST",
+        "/v1/users/u/messages",
+        None,
+        msgs(&["I fired a pottery kiln today", "the glaze cracked", "next week: raku"]),
+    );
+    assert_eq!(r.status, 202);
+    s.idle();
+    let before = search(&s);
+    assert!(!before.is_empty());
+    assert!(index_files(dir.path()).is_empty(), "{:?}", index_files(dir.path()));
+    s.stop();
+    let written = index_files(dir.path());
+    assert_eq!(written.len(), 2, "{written:?}");
+    let s = Server::start(cfg, true);
+    assert_eq!(search(&s), before);
+    s.stop();
+    // A short delay: the persister writes them while the server runs.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.save_after = Duration::from_millis(100);
+    let s = Server::start(cfg, true);
+    let r = s.json("POST", "/v1/users/u/messages", None, msgs(&["the pottery kiln is hot"]));
+    assert_eq!(r.status, 202);
+    s.idle();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while index_files(dir.path()).len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the persister never wrote the files"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(search(&s).len(), 1);
 }
 
 /// POST `len` bytes of a JSON body to `path` over a raw socket, by

@@ -422,9 +422,6 @@ impl Pipeline for Amory {
         check_embedder(env, self.name)?;
         let mut report = self.run(env, false, progress)?;
         report.live = self.live(env)?;
-        if report.messages > 0 || report.items > 0 {
-            self.save(env)?;
-        }
         Ok(report)
     }
 
@@ -433,7 +430,6 @@ impl Pipeline for Amory {
         let mut report = self.run(env, true, &mut |_, _| {})?;
         report.items += self.settle(env, roles(env.llm).as_ref(), true)?;
         report.live = self.live(env)?;
-        self.save(env)?;
         Ok(report)
     }
 
@@ -626,5 +622,17 @@ impl Pipeline for Amory {
         self.narratives.save(env)?;
         self.subplots.save(env)?;
         self.facts.save(env)
+    }
+
+    fn load(&mut self, env: &Env<'_>) -> Result<()> {
+        for v in [
+            &mut self.fragments,
+            &mut self.narratives,
+            &mut self.subplots,
+            &mut self.facts,
+        ] {
+            v.load(env)?;
+        }
+        Ok(())
     }
 }

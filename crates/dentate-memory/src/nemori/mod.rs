@@ -572,9 +572,6 @@ impl Pipeline for Nemori {
             Self::commit_position(env, &buffer, last.id)?;
         }
         report.live = self.episodes.len(env)? + self.semantic.len(env)?;
-        if report.messages > 0 {
-            self.save(env)?;
-        }
         Ok(report)
     }
 
@@ -598,7 +595,6 @@ impl Pipeline for Nemori {
             _ => self.emit(env, roles, &msgs, 0, through)?,
         };
         report.live = self.episodes.len(env)? + self.semantic.len(env)?;
-        self.save(env)?;
         Ok(report)
     }
 
@@ -708,5 +704,10 @@ impl Pipeline for Nemori {
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.episodes.save(env)?;
         self.semantic.save(env)
+    }
+
+    fn load(&mut self, env: &Env<'_>) -> Result<()> {
+        self.episodes.load(env)?;
+        self.semantic.load(env)
     }
 }

@@ -524,9 +524,6 @@ impl Premem {
             progress(report.messages, msgs.len());
         }
         report.live = self.vectors.len(env)?;
-        if report.messages > 0 || report.items > 0 {
-            self.save(env)?;
-        }
         Ok(report)
     }
 
@@ -687,6 +684,10 @@ impl Pipeline for Premem {
 
     fn save(&self, env: &Env<'_>) -> Result<()> {
         self.vectors.save(env)
+    }
+
+    fn load(&mut self, env: &Env<'_>) -> Result<()> {
+        self.vectors.load(env)
     }
 }
 

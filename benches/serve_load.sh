@@ -16,7 +16,8 @@
 # Environment (defaults): USERS=100 MESSAGES=2000 BATCH=200 SAT_CONNS=16
 # SAT_SECS=20 OPEN_SECS=30 OPEN_FRACTION=0.8 OPEN_CONNS=32 WARMUP=3
 # INPROC_QUERIES=20000 SLOTS= (server default: one per core) KEEP=1 keeps
-# the temporary directory, NO_BUILD=1 uses the binaries already built. Needs curl and python3.
+# the temporary directory, NO_BUILD=1 uses the binaries already built, BIN and
+# LOAD name other binaries (another build, to compare). Needs curl and python3.
 #
 # The load generator runs on the same machine as the server and shares its
 # cores: on a small machine the figures are a lower bound of the server's.
@@ -42,8 +43,8 @@ if [[ ${NO_BUILD:-} != 1 ]]; then
     cargo build --release -p dentate-cli
     cargo build --release -p dentate-serve --example load
 fi
-bin=$root/target/release/dentate
-load=$root/target/release/examples/load
+bin=${BIN:-$root/target/release/dentate}
+load=${LOAD:-$root/target/release/examples/load}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dentate-serve-load.XXXXXX")
 server=

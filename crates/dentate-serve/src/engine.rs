@@ -200,6 +200,16 @@ impl Slot {
     }
 }
 
+/// A slot taken with [`Engine::try_take`]: released when dropped, panics
+/// included.
+struct Taken<'a>(&'a Engine, usize);
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        self.0.release(self.1);
+    }
+}
+
 /// The service engine (see the module docs).
 pub struct Engine {
     cfg: EngineConfig,
@@ -210,7 +220,10 @@ pub struct Engine {
     pub registry: Registry,
     slots: Vec<Mutex<Slot>>,
     next_slot: AtomicUsize,
-    permits: Arc<tokio::sync::Semaphore>,
+    /// Whether each slot is taken ([`Engine::take_slot`]).
+    busy: Vec<AtomicBool>,
+    /// Signalled whenever a slot is released.
+    released: tokio::sync::Notify,
     users: Mutex<HashMap<String, Arc<UserState>>>,
     queue: Mutex<VecDeque<i64>>,
     wake: tokio::sync::Notify,
@@ -356,7 +369,8 @@ impl Engine {
             pool.push(Self::slot(i, &cfg, &kinds, &embedder, &llm)?);
         }
         let engine = Arc::new(Engine {
-            permits: Arc::new(tokio::sync::Semaphore::new(cfg.slots)),
+            busy: (0..cfg.slots).map(|_| AtomicBool::new(false)).collect(),
+            released: tokio::sync::Notify::new(),
             kinds,
             embedder,
             llm,
@@ -453,69 +467,82 @@ impl Engine {
         Some(((h % self.slots.len() as u64) as usize, st.clone()))
     }
 
-    /// Runs `f` on a free slot in a blocking thread. Work on a user
-    /// (`route`) takes a slot holding the user's current generation, or
-    /// its home slot when none does, and any free slot after
-    /// [`REROUTE_AFTER`]. A permit per slot guarantees one is free; a
+    /// Takes a free slot for work on `route`'s user (or any work): a slot
+    /// holding the user's current generation, or its home slot when none
+    /// does, and any free slot after [`REROUTE_AFTER`]. Waits without
+    /// holding anything, so a free slot never idles while work that could
+    /// run there waits for another.
+    async fn take_slot(&self, route: Option<&(usize, Arc<UserState>)>) -> usize {
+        let n = self.slots.len();
+        let start = route.map_or_else(|| self.next_slot.fetch_add(1, Ordering::Relaxed) % n, |r| r.0);
+        let deadline = tokio::time::Instant::now() + REROUTE_AFTER;
+        loop {
+            // Registered before trying, so a release in between is not missed.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let widened = tokio::time::Instant::now() >= deadline;
+            let allowed = match route {
+                Some((home, st)) if !widened => match st.holders.load(Ordering::SeqCst) {
+                    0 => UserState::bit(*home),
+                    h => h,
+                },
+                _ => u64::MAX,
+            };
+            for i in 0..n {
+                let index = (start + i) % n;
+                if allowed & UserState::bit(index) != 0 && self.try_take(index) {
+                    return index;
+                }
+            }
+            if route.is_none() || widened {
+                released.await;
+            } else {
+                tokio::select! {
+                    _ = &mut released => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
+                }
+            }
+        }
+    }
+
+    /// Marks slot `index` busy if it is free.
+    fn try_take(&self, index: usize) -> bool {
+        self.busy[index]
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Marks slot `index` free and wakes whoever waits for one.
+    fn release(&self, index: usize) {
+        self.busy[index].store(false, Ordering::Release);
+        self.released.notify_waiters();
+    }
+
+    /// Runs `f` on a slot ([`Engine::take_slot`]) in a blocking thread. A
     /// panic in `f` replaces the slot with a fresh one and is a 500.
     async fn on_slot<T: Send + 'static>(
         self: &Arc<Self>,
         route: Option<(usize, Arc<UserState>)>,
         f: impl FnOnce(&Engine, &mut Slot) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| ServeError::Unavailable("the server is stopping".into()))?;
+        let index = self.take_slot(route.as_ref()).await;
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let n = this.slots.len();
-            let start = route
-                .as_ref()
-                .map_or_else(|| this.next_slot.fetch_add(1, Ordering::Relaxed) % n, |r| r.0);
-            let deadline = Instant::now() + REROUTE_AFTER;
-            let mut spins = 0u32;
-            loop {
-                let allowed = match &route {
-                    Some((home, st)) if Instant::now() < deadline => match st.holders.load(Ordering::SeqCst) {
-                        0 => UserState::bit(*home),
-                        h => h,
-                    },
-                    _ => u64::MAX,
-                };
-                for i in 0..n {
-                    let index = (start + i) % n;
-                    if allowed & UserState::bit(index) == 0 {
-                        continue;
+            let _release = Taken(&this, index);
+            let slot = &this.slots[index];
+            let mut guard = slot.lock().unwrap_or_else(|p| {
+                slot.clear_poison();
+                p.into_inner()
+            });
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&this, &mut guard)));
+            match out {
+                Ok(r) => r,
+                Err(_) => {
+                    if let Ok(fresh) = Self::slot(index, &this.cfg, &this.kinds, &this.embedder, &this.llm) {
+                        *guard = fresh;
                     }
-                    let slot = &this.slots[index];
-                    let mut guard = match slot.try_lock() {
-                        Ok(g) => g,
-                        Err(std::sync::TryLockError::WouldBlock) => continue,
-                        Err(std::sync::TryLockError::Poisoned(p)) => {
-                            slot.clear_poison();
-                            p.into_inner()
-                        }
-                    };
-                    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&this, &mut guard)));
-                    return match out {
-                        Ok(r) => r,
-                        Err(_) => {
-                            if let Ok(fresh) = Self::slot(index, &this.cfg, &this.kinds, &this.embedder, &this.llm) {
-                                *guard = fresh;
-                            }
-                            Err(ServeError::Internal("the operation panicked".into()))
-                        }
-                    };
-                }
-                spins += 1;
-                if spins < 64 {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(Duration::from_micros(100));
+                    Err(ServeError::Internal("the operation panicked".into()))
                 }
             }
         })
@@ -1176,10 +1203,11 @@ impl Engine {
     /// `age`, if the slot (and a permit) is free now; returns whether it
     /// did anything.
     fn persist_one(&self, i: usize, age: Duration) -> bool {
-        let Ok(_permit) = self.permits.try_acquire() else {
+        if !self.try_take(i) {
             return false;
-        };
-        let Ok(mut slot) = self.slots[i].try_lock() else {
+        }
+        let _release = Taken(self, i);
+        let Ok(mut slot) = self.slots[i].lock() else {
             return false;
         };
         let due = slot

@@ -38,6 +38,14 @@ impl AnyIndex {
         }
     }
 
+    /// The file image [`AnyIndex::load`] reads back.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            AnyIndex::Flat(i) => i.to_bytes(),
+            AnyIndex::IvfPq(i) => i.to_bytes(),
+        }
+    }
+
     /// The index as a trait object.
     pub fn as_index(&self) -> &dyn Index {
         match self {

@@ -74,10 +74,29 @@ impl IndexKind {
     }
 }
 
-/// Serialises fields into a payload buffer.
-#[derive(Debug, Default)]
+/// Serialises fields into a payload buffer, behind room for the header
+/// ([`Writer::finish`] fills it in place: the image is built in one buffer).
+#[derive(Debug)]
 pub struct Writer {
     buf: Vec<u8>,
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Writer {
+            buf: vec![0; HEADER_LEN],
+        }
+    }
+}
+
+/// Appends `v` to `buf` as little-endian `N`-byte words (resized once and
+/// written in place, which the compiler vectorises).
+fn put_words<T: Copy, const N: usize>(buf: &mut Vec<u8>, v: &[T], le: impl Fn(T) -> [u8; N]) {
+    let start = buf.len();
+    buf.resize(start + v.len() * N, 0);
+    for (dst, &x) in buf[start..].chunks_exact_mut(N).zip(v) {
+        dst.copy_from_slice(&le(x));
+    }
 }
 
 impl Writer {
@@ -99,37 +118,35 @@ impl Writer {
     }
     pub(crate) fn u32s(&mut self, v: &[u32]) {
         self.len_prefix(v.len());
-        self.buf.reserve(v.len() * 4);
-        v.iter().for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
+        put_words(&mut self.buf, v, u32::to_le_bytes);
     }
     pub(crate) fn u64s(&mut self, v: &[u64]) {
         self.len_prefix(v.len());
-        self.buf.reserve(v.len() * 8);
-        v.iter().for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
+        put_words(&mut self.buf, v, u64::to_le_bytes);
     }
     pub(crate) fn f32s(&mut self, v: &[f32]) {
         self.len_prefix(v.len());
-        self.buf.reserve(v.len() * 4);
-        v.iter().for_each(|x| self.buf.extend_from_slice(&x.to_le_bytes()));
+        put_words(&mut self.buf, v, f32::to_le_bytes);
     }
     pub(crate) fn f16s(&mut self, v: &[f16]) {
         self.len_prefix(v.len());
-        self.buf.reserve(v.len() * 2);
-        v.iter()
-            .for_each(|x| self.buf.extend_from_slice(&x.to_bits().to_le_bytes()));
+        put_words(&mut self.buf, v, |x: f16| x.to_bits().to_le_bytes());
     }
 
     /// Header + payload as one buffer.
     pub(crate) fn finish(self, kind: IndexKind) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_LEN + self.buf.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&kind.code().to_le_bytes());
-        out.extend_from_slice(&(self.buf.len() as u64).to_le_bytes());
-        out.extend_from_slice(&crc32fast::hash(&self.buf).to_le_bytes());
-        let hcrc = crc32fast::hash(&out[..28]);
-        out.extend_from_slice(&hcrc.to_le_bytes());
-        out.extend_from_slice(&self.buf);
+        let mut out = self.buf;
+        let payload_len = (out.len() - HEADER_LEN) as u64;
+        let crc = crc32fast::hash(&out[HEADER_LEN..]);
+        let mut h = Vec::with_capacity(HEADER_LEN);
+        h.extend_from_slice(MAGIC);
+        h.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h.extend_from_slice(&kind.code().to_le_bytes());
+        h.extend_from_slice(&payload_len.to_le_bytes());
+        h.extend_from_slice(&crc.to_le_bytes());
+        let hcrc = crc32fast::hash(&h[..28]);
+        h.extend_from_slice(&hcrc.to_le_bytes());
+        out[..HEADER_LEN].copy_from_slice(&h);
         out
     }
 }

@@ -15,6 +15,27 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
+/// Index files serialised by [`Memory::take_unsaved`], to write.
+#[derive(Debug)]
+pub struct IndexImages(Vec<(std::path::PathBuf, Vec<u8>)>);
+
+impl IndexImages {
+    /// Writes each file crash-safely (temporary file, fsync, rename, fsync
+    /// of the directory). On an error the files not yet written stay
+    /// absent, which the next load repairs from the store.
+    pub fn write(self) -> Result<()> {
+        for (path, bytes) in self.0 {
+            dentate_core::io::write_atomic(&path, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes to write.
+    pub fn len_bytes(&self) -> usize {
+        self.0.iter().map(|(_, b)| b.len()).sum()
+    }
+}
+
 /// Which pipeline a [`Memory`] runs.
 #[derive(Debug, Clone)]
 pub enum PipelineKind {
@@ -244,12 +265,25 @@ impl Memory {
     /// Writes the index files of `user` if a change left them unwritten
     /// (see [`Memory::defer_saves`]); returns whether it wrote them.
     pub fn persist(&mut self, user: &str) -> Result<bool> {
-        if !self.unsaved.contains(user) {
-            return Ok(false);
+        match self.take_unsaved(user)? {
+            Some(images) => images.write().map(|()| true),
+            None => Ok(false),
         }
-        self.with(user, |p, env| p.save(env))?;
+    }
+
+    /// The images of the index files of `user` a change left unwritten,
+    /// for the caller to write ([`IndexImages::write`]) without holding
+    /// this handle; the user counts as saved from now on. The caller must
+    /// write them before the user's next change (by any handle on the
+    /// directory), or a change could be overwritten by older files; a
+    /// server holds the user's read lock until they are written.
+    pub fn take_unsaved(&mut self, user: &str) -> Result<Option<IndexImages>> {
+        if !self.unsaved.contains(user) {
+            return Ok(None);
+        }
+        let images = self.with(user, |p, env| Ok(p.images(env)))?;
         self.unsaved.remove(user);
-        Ok(true)
+        Ok(Some(IndexImages(images)))
     }
 
     /// The users whose index files a change left unwritten.

@@ -241,10 +241,11 @@ pub trait Pipeline: Send {
     fn replace_item(&mut self, env: &Env<'_>, id: i64, turn: i64, vector: &[f32], text: &str) -> Result<()>;
     /// Heap bytes of the pipeline's index.
     fn memory_bytes(&self) -> usize;
-    /// Writes the pipeline's index files (the indexes that are open).
-    /// [`crate::Memory`] calls it after a change (or, with deferred saves,
-    /// when asked to persist); pipelines never call it themselves.
-    fn save(&self, env: &Env<'_>) -> Result<()>;
+    /// The images of the pipeline's index files (the indexes that are
+    /// open), with their paths. [`crate::Memory`] writes them after a
+    /// change (or, with deferred saves, when asked to); pipelines never
+    /// write their files themselves.
+    fn images(&self, env: &Env<'_>) -> Vec<(std::path::PathBuf, Vec<u8>)>;
     /// Opens every index of the pipeline for the user (from its file, or
     /// rebuilt from the store when the file is missing or disagrees), as
     /// the store stands now. [`crate::Memory`] calls it before a change, so
@@ -518,15 +519,13 @@ impl Vectors {
         Ok(())
     }
 
-    /// Writes the index files that are open.
-    pub(crate) fn save(&self, env: &Env<'_>) -> Result<()> {
-        if let Some(vm) = &self.vm {
-            vm.save()?;
-        }
+    /// The images of the index files that are open, with their paths.
+    pub(crate) fn images(&self, env: &Env<'_>) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+        let mut out: Vec<_> = self.vm.as_ref().and_then(VectorMemory::image).into_iter().collect();
         if let (Some(l), Some(path)) = (&self.lexical, self.lexical_path(env)) {
-            l.save(&path)?;
+            out.push((path, l.to_bytes()));
         }
-        Ok(())
+        out
     }
 }
 

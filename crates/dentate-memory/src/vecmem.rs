@@ -259,6 +259,12 @@ impl VectorMemory {
         Ok(())
     }
 
+    /// The index file's path and image, to write later (none for an
+    /// in-memory index).
+    pub fn image(&self) -> Option<(std::path::PathBuf, Vec<u8>)> {
+        self.path.as_ref().map(|p| (p.clone(), self.index.to_bytes()))
+    }
+
     /// Live items.
     pub fn len(&self) -> usize {
         self.index.as_index().len()

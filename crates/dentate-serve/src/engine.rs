@@ -41,7 +41,7 @@ use crate::model::*;
 use crate::registry::{JobRow, Principal, Registry, Role, UserRef};
 use dentate_embed::Embedder;
 use dentate_memory::store::NewMessage;
-use dentate_memory::{Cut, Erased, Item, Llm, Memory, PipelineKind, Retrieved};
+use dentate_memory::{Cut, Erased, IndexImages, Item, Llm, Memory, PipelineKind, Retrieved};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -100,9 +100,11 @@ pub const MAX_K: usize = 1000;
 pub const MAX_BUDGET: usize = 131_072;
 /// Largest page.
 pub const MAX_PAGE: usize = 1000;
+/// The persister rests this many times as long as each write took.
+const PERSIST_PACE: u32 = 9;
 /// How long work on a user waits for a slot holding the user (or its home
 /// slot) before it takes any free slot and loads the user there.
-pub const REROUTE_AFTER: Duration = Duration::from_millis(20);
+pub const REROUTE_AFTER: Duration = Duration::from_millis(250);
 
 struct UserState {
     lock: Arc<tokio::sync::RwLock<()>>,
@@ -149,28 +151,39 @@ impl Slot {
         self.unsaved.remove(user);
     }
 
-    /// Writes the index files of `user` if the slot holds unsaved changes
-    /// that are current; a stale copy is dropped instead. Needs the user's
-    /// read lock (`try_read`; returns false when a write holds it).
-    fn persist(&mut self, user: &str, st: &UserState) -> bool {
-        let Ok(_r) = st.lock.try_read() else {
-            return false;
-        };
+    /// Takes the images of `user`'s unsaved index files if the slot's copy
+    /// is current; a stale copy is dropped instead (no images). The caller
+    /// holds the user's read lock until the images are written, so no
+    /// change of the user can come between.
+    fn take_images(&mut self, user: &str, st: &UserState) -> Vec<IndexImages> {
+        self.unsaved.remove(user);
         let current = self
             .seen
             .get(user)
             .is_some_and(|&(g, _)| g == st.generation.load(Ordering::SeqCst));
         if !current {
             self.drop_user(user);
-            return true;
+            return Vec::new();
         }
+        let mut out = Vec::new();
         for m in &mut self.mems {
-            if let Err(e) = m.persist(user) {
+            match m.take_unsaved(user) {
+                Ok(Some(images)) => out.push(images),
+                Ok(None) => {}
                 // The files stay absent; the next load rebuilds from the store.
-                log::warn!("writing the index files of {user}: {e}");
+                Err(e) => log::warn!("the index files of {user}: {e}"),
             }
         }
-        self.unsaved.remove(user);
+        out
+    }
+
+    /// [`Slot::take_images`] and write them now, if the user's read lock
+    /// is free (returns false when a write holds it).
+    fn persist(&mut self, user: &str, st: &UserState) -> bool {
+        let Ok(_r) = st.lock.try_read() else {
+            return false;
+        };
+        write_images(user, self.take_images(user, st));
         true
     }
 
@@ -196,6 +209,16 @@ impl Slot {
                 ost.holders.fetch_and(!UserState::bit(self.index), Ordering::SeqCst);
             }
             self.drop_user(&old);
+        }
+    }
+}
+
+/// Writes index images taken by [`Slot::take_images`]; an error leaves the
+/// files absent (rebuilt from the store at next load).
+fn write_images(user: &str, images: Vec<IndexImages>) {
+    for i in images {
+        if let Err(e) = i.write() {
+            log::warn!("writing the index files of {user}: {e}");
         }
     }
 }
@@ -1180,7 +1203,8 @@ impl Engine {
     }
 
     /// Writes index files that have been unsaved for `save_after`, one user
-    /// at a time from a free slot, until shutdown.
+    /// at a time from a free slot, resting 9× as long as each took, until
+    /// shutdown.
     async fn persister(self: Arc<Self>) {
         let tick = (self.cfg.save_after / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
         while !self.closing() {
@@ -1188,12 +1212,16 @@ impl Engine {
             for i in 0..self.slots.len() {
                 loop {
                     let this = self.clone();
+                    let started = Instant::now();
                     let wrote = tokio::task::spawn_blocking(move || this.persist_one(i, this.cfg.save_after))
                         .await
                         .unwrap_or(false);
                     if !wrote || self.closing() {
                         break;
                     }
+                    // Paced to a tenth of one slot's time, so a burst of due
+                    // users (after a bulk load) never starves requests.
+                    tokio::time::sleep(started.elapsed() * PERSIST_PACE).await;
                 }
             }
         }
@@ -1206,7 +1234,7 @@ impl Engine {
         if !self.try_take(i) {
             return false;
         }
-        let _release = Taken(self, i);
+        let taken = Taken(self, i);
         let Ok(mut slot) = self.slots[i].lock() else {
             return false;
         };
@@ -1219,10 +1247,20 @@ impl Engine {
         let Some(user) = due else {
             return false;
         };
-        match self.user_state(&user) {
-            Ok(st) => slot.persist(&user, &st),
-            Err(_) => false,
-        }
+        let Ok(st) = self.user_state(&user) else {
+            return false;
+        };
+        let Ok(read) = st.lock.clone().try_read_owned() else {
+            return false;
+        };
+        let images = slot.take_images(&user, &st);
+        // Serialised under the slot; written with the slot free for other
+        // work and the user's reads going on (its writes wait).
+        drop(slot);
+        drop(taken);
+        write_images(&user, images);
+        drop(read);
+        true
     }
 
     /// Writes every unsaved index file of every slot (at shutdown, after

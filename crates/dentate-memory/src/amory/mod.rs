@@ -617,11 +617,11 @@ impl Pipeline for Amory {
             .collect()
     }
 
-    fn save(&self, env: &Env<'_>) -> Result<()> {
-        self.fragments.save(env)?;
-        self.narratives.save(env)?;
-        self.subplots.save(env)?;
-        self.facts.save(env)
+    fn images(&self, env: &Env<'_>) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+        [&self.fragments, &self.narratives, &self.subplots, &self.facts]
+            .into_iter()
+            .flat_map(|v| v.images(env))
+            .collect()
     }
 
     fn load(&mut self, env: &Env<'_>) -> Result<()> {

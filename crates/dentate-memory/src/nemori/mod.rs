@@ -701,9 +701,10 @@ impl Pipeline for Nemori {
         f
     }
 
-    fn save(&self, env: &Env<'_>) -> Result<()> {
-        self.episodes.save(env)?;
-        self.semantic.save(env)
+    fn images(&self, env: &Env<'_>) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+        let mut out = self.episodes.images(env);
+        out.extend(self.semantic.images(env));
+        out
     }
 
     fn load(&mut self, env: &Env<'_>) -> Result<()> {

@@ -682,8 +682,8 @@ impl Pipeline for Premem {
         self.vectors.files(env)
     }
 
-    fn save(&self, env: &Env<'_>) -> Result<()> {
-        self.vectors.save(env)
+    fn images(&self, env: &Env<'_>) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+        self.vectors.images(env)
     }
 
     fn load(&mut self, env: &Env<'_>) -> Result<()> {

@@ -38,6 +38,7 @@
 use crate::error::{Result, ServeError};
 use crate::metrics::Metrics;
 use crate::model::*;
+use crate::queries::QueryEmbedder;
 use crate::registry::{JobRow, Principal, Registry, Role, UserRef};
 use dentate_embed::Embedder;
 use dentate_memory::store::NewMessage;
@@ -237,7 +238,10 @@ impl Drop for Taken<'_> {
 pub struct Engine {
     cfg: EngineConfig,
     kinds: Vec<PipelineKind>,
+    /// The slots' embedder: `queries`, as a trait object.
     embedder: Arc<dyn Embedder>,
+    /// Embeds queries before their searches take a slot.
+    queries: Arc<QueryEmbedder>,
     llm: Option<Arc<dyn Llm>>,
     /// Users, keys and jobs.
     pub registry: Registry,
@@ -387,6 +391,8 @@ impl Engine {
             ));
         }
         let registry = Registry::open(&cfg.dir)?;
+        let queries = Arc::new(QueryEmbedder::new(embedder, cfg.slots));
+        let embedder: Arc<dyn Embedder> = queries.clone();
         let mut pool = Vec::with_capacity(cfg.slots);
         for i in 0..cfg.slots {
             pool.push(Self::slot(i, &cfg, &kinds, &embedder, &llm)?);
@@ -396,6 +402,7 @@ impl Engine {
             released: tokio::sync::Notify::new(),
             kinds,
             embedder,
+            queries,
             llm,
             registry,
             slots: pool.into_iter().map(Mutex::new).collect(),
@@ -912,6 +919,7 @@ impl Engine {
         }
         let pi = self.pipeline_index(q.pipeline.as_deref())?;
         let u = self.existing(p, user)?;
+        let _prepared = self.queries.prepare(&q.query).await;
         let st = self.user_state(&u.internal)?;
         let _r = st.lock.clone().read_owned().await;
         let generation = st.generation.load(Ordering::SeqCst);
@@ -1131,6 +1139,7 @@ impl Engine {
         }
         let pi = self.pipeline_index(q.pipeline.as_deref())?;
         let u = self.existing(p, user)?;
+        let _prepared = self.queries.prepare(&q.question).await;
         let st = self.user_state(&u.internal)?;
         let _r = st.lock.clone().read_owned().await;
         let generation = st.generation.load(Ordering::SeqCst);

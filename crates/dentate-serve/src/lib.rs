@@ -28,6 +28,7 @@ pub mod mcp;
 pub mod mem0;
 pub mod metrics;
 pub mod model;
+pub mod queries;
 pub mod registry;
 
 pub use config::{FileConfig, LlmConfig};

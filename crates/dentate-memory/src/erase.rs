@@ -80,8 +80,6 @@ pub struct ItemRecord {
     pub item: Item,
     /// Whether it was forgotten.
     pub deleted: bool,
-    /// When it was made (Unix seconds).
-    pub created_at: i64,
 }
 
 /// Pipeline state keys that hold no content of messages: a pipeline
@@ -282,22 +280,16 @@ impl Store {
         let row = self
             .conn
             .prepare_cached(
-                "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent, deleted, created_at
+                "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent, created_at, deleted
                  FROM items WHERE id = ?1",
             )?
-            .query_row([id], |r| {
-                Ok((Store::row_item(r)?, r.get::<_, i64>(9)? != 0, r.get::<_, i64>(10)?))
-            })
+            .query_row([id], |r| Ok((Store::row_item(r)?, r.get::<_, i64>(10)? != 0)))
             .optional()?;
-        let Some((mut item, deleted, created_at)) = row else {
+        let Some((mut item, deleted)) = row else {
             return Ok(None);
         };
         item.sources = self.sources_of(id)?;
-        Ok(Some(ItemRecord {
-            item,
-            deleted,
-            created_at,
-        }))
+        Ok(Some(ItemRecord { item, deleted }))
     }
 
     /// The history of item `id` of `user`, oldest first: its making (with
@@ -331,7 +323,7 @@ impl Store {
             event: "add".into(),
             old_text: None,
             new_text: Some(first),
-            at: rec.created_at,
+            at: rec.item.created_at,
         }];
         out.extend(changes);
         Ok(out)

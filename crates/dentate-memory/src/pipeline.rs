@@ -809,6 +809,7 @@ mod tests {
             refers_to: None,
             turn: 1,
             parent: None,
+            created_at: 0,
         };
         assert_eq!(render_item(&it), "[8 May 2023] Ann: hello");
     }
@@ -829,6 +830,7 @@ mod tests {
                     refers_to: None,
                     turn: i as i64,
                     parent: None,
+                    created_at: 0,
                 },
                 score: 1.0 - i as f32 / 100.0,
                 source_refs: vec![format!("D1:{i}")],

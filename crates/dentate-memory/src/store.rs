@@ -194,6 +194,8 @@ pub struct Item {
     pub turn: i64,
     /// The item it was derived from, if any.
     pub parent: Option<i64>,
+    /// When it was made (Unix seconds).
+    pub created_at: i64,
 }
 
 /// A change to a live item of the step's pipeline, applied by
@@ -683,6 +685,8 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// An item from a row of `id, user, pipeline, kind, text, said_at,
+    /// refers_to, turn, parent, created_at` (sources left empty).
     pub(crate) fn row_item(r: &rusqlite::Row<'_>) -> rusqlite::Result<Item> {
         Ok(Item {
             id: r.get(0)?,
@@ -694,6 +698,7 @@ impl Store {
             refers_to: r.get(6)?,
             turn: r.get(7)?,
             parent: r.get(8)?,
+            created_at: r.get(9)?,
             sources: Vec::new(),
         })
     }
@@ -713,7 +718,7 @@ impl Store {
         let it = self
             .conn
             .prepare_cached(
-                "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent FROM items
+                "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent, created_at FROM items
                  WHERE id = ?1 AND deleted = 0",
             )?
             .query_row([id], Self::row_item)
@@ -731,7 +736,7 @@ impl Store {
     /// oldest first, with provenance.
     pub fn items(&self, user: &str, pipeline: &str, kind: Option<&str>) -> Result<Vec<Item>> {
         let mut st = self.conn.prepare_cached(
-            "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent FROM items
+            "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent, created_at FROM items
              WHERE user = ?1 AND pipeline = ?2 AND deleted = 0 AND (?3 IS NULL OR kind = ?3) ORDER BY id",
         )?;
         let rows = st.query_map(params![user, pipeline, kind], Self::row_item)?;

@@ -520,6 +520,7 @@ fn retrieved(kind: &str, refs: &[&str]) -> Retrieved {
             refers_to: None,
             turn: 1,
             parent: None,
+            created_at: 0,
         },
         score: 1.0,
         source_refs: refs.iter().map(|r| r.to_string()).collect(),

@@ -340,7 +340,7 @@ fn memory_out(item: &Item, score: Option<f32>) -> MemoryOut {
         sources: None,
         parent: item.parent,
         forgotten: None,
-        created_at: None,
+        created_at: Some(item.created_at),
     }
 }
 
@@ -1008,7 +1008,6 @@ impl Engine {
             let mut out = memory_out(&rec.item, None);
             out.sources = Some(store.messages(&rec.item.sources)?.into_iter().map(source_out).collect());
             out.forgotten = Some(rec.deleted);
-            out.created_at = Some(rec.created_at);
             Ok(out)
         })
         .await
@@ -1172,14 +1171,7 @@ impl Engine {
         self.on_slot(None, move |_, s| {
             let store = s.mems[0].store();
             let items = store.items_from_messages(&internal, &messages)?;
-            items
-                .iter()
-                .map(|it| {
-                    let mut out = memory_out(it, None);
-                    out.created_at = store.item_record(it.id)?.map(|r| r.created_at);
-                    Ok(out)
-                })
-                .collect()
+            Ok(items.iter().map(|it| memory_out(it, None)).collect())
         })
         .await
     }

@@ -153,7 +153,7 @@ pub struct MemoryOut {
     /// history until erased).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forgotten: Option<bool>,
-    /// When it was made (Unix seconds; get and list).
+    /// When it was made (Unix seconds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at: Option<i64>,
 }

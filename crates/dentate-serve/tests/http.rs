@@ -85,6 +85,12 @@ fn every_endpoint_answers_as_documented() {
     let top = &r.json["results"][0];
     assert!(top["text"].as_str().unwrap().contains("greyhound"), "{}", r.text);
     assert!(top["score"].as_f64().unwrap() > 0.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let made = top["created_at"].as_i64().expect("created_at in search results");
+    assert!((now - 600..=now + 5).contains(&made), "{}", r.text);
     assert_eq!(r.json["results"].as_array().unwrap().len(), 2);
     let biscuit = top["id"].as_i64().unwrap();
     let b = s.json(
@@ -286,6 +292,13 @@ fn the_mem0_shapes_work_end_to_end() {
     );
     assert_eq!(found.json["results"][0]["id"], id.as_str());
     assert!(found.json["results"][0]["score"].as_f64().is_some());
+    assert!(
+        found.json["results"][0]["created_at"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("20")),
+        "{}",
+        found.text
+    );
     assert_eq!(found.json["results"][0]["user_id"], "u1");
     // filters name the user too.
     let f = s.json(

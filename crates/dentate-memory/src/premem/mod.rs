@@ -708,6 +708,7 @@ mod tests {
             refers_to: None,
             turn: 1,
             parent: None,
+            created_at: 0,
         }
     }
 

@@ -291,6 +291,11 @@ impl Memory {
         self.unsaved.iter().cloned().collect()
     }
 
+    /// Whether a change left `user`'s index files unwritten.
+    pub fn is_unsaved(&self, user: &str) -> bool {
+        self.unsaved.contains(user)
+    }
+
     /// Chooses how items are found (default: hybrid, dense + BM25 fused
     /// with the weight for this memory's embedder, [`Retriever::default_for`]).
     pub fn set_retriever(&mut self, retriever: Retriever) {

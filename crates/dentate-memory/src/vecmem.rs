@@ -253,8 +253,8 @@ impl VectorMemory {
 
     /// Writes the index file crash-safely (nothing for an in-memory index).
     pub fn save(&self) -> Result<()> {
-        if let Some(path) = &self.path {
-            self.index.as_index().save(path)?;
+        if let Some((path, bytes)) = self.image() {
+            dentate_core::io::write_atomic(&path, &bytes)?;
         }
         Ok(())
     }

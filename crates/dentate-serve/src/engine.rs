@@ -138,7 +138,7 @@ impl Slot {
     fn wrote(&mut self, user: &str, st: &UserState, generation: u64) {
         self.seen.insert(user.to_string(), (generation + 1, self.tick));
         st.holders.store(UserState::bit(self.index), Ordering::SeqCst);
-        if self.mems.iter().any(|m| m.unsaved_users().iter().any(|u| u == user)) {
+        if self.mems.iter().any(|m| m.is_unsaved(user)) {
             self.unsaved.entry(user.to_string()).or_insert_with(Instant::now);
         }
     }
@@ -488,13 +488,38 @@ impl Engine {
         m.lock().map_err(|_| ServeError::Internal("a lock was poisoned".into()))
     }
 
-    /// Routing for work on a user (see the module docs): its home slot
-    /// (by hash) and its state.
-    fn route(&self, internal: &str, st: &Arc<UserState>) -> Option<(usize, Arc<UserState>)> {
+    /// Runs `f` on a slot routed for user `internal` (see the module docs)
+    /// after making the slot's view of the user current. The caller holds
+    /// the user's lock: shared to read, alone to `write`; a write then
+    /// bumps the user's generation, and when it succeeds the slot records
+    /// that it holds the new one.
+    async fn on_user<T: Send + 'static>(
+        self: &Arc<Self>,
+        internal: &str,
+        st: &Arc<UserState>,
+        write: bool,
+        f: impl FnOnce(&Engine, &mut Slot) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let h = internal.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
         });
-        Some(((h % self.slots.len() as u64) as usize, st.clone()))
+        let home = (h % self.slots.len() as u64) as usize;
+        let generation = st.generation.load(Ordering::SeqCst);
+        let (user, state) = (internal.to_string(), st.clone());
+        let out = self
+            .on_slot(Some((home, st.clone())), move |e, s| {
+                s.fresh(e, &user, &state, generation);
+                let out = f(e, s)?;
+                if write {
+                    s.wrote(&user, &state, generation);
+                }
+                Ok(out)
+            })
+            .await;
+        if write {
+            st.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        out
     }
 
     /// Takes a free slot for work on `route`'s user (or any work): a slot
@@ -922,11 +947,8 @@ impl Engine {
         let _prepared = self.queries.prepare(&q.query).await;
         let st = self.user_state(&u.internal)?;
         let _r = st.lock.clone().read_owned().await;
-        let generation = st.generation.load(Ordering::SeqCst);
         let (internal, query) = (u.internal.clone(), q.query);
-        let route = self.route(&u.internal, &st);
-        self.on_slot(route, move |e, s| {
-            s.fresh(e, &internal, &st, generation);
+        self.on_user(&u.internal, &st, false, move |_, s| {
             let m = &mut s.mems[pi];
             let in_range = |r: &Retrieved| {
                 let t = r.item.said_at;
@@ -1078,30 +1100,24 @@ impl Engine {
     ) -> Result<()> {
         let st = self.user_state(&internal)?;
         let _w = st.lock.clone().write_owned().await;
-        let generation = st.generation.load(Ordering::SeqCst);
-        let (route, st2) = (self.route(&internal, &st), st.clone());
-        let out = self
-            .on_slot(route, move |e, s| {
-                s.fresh(e, &internal, &st2, generation);
-                let pipeline = s.mems[0]
-                    .store()
-                    .item_record(id)?
-                    .map(|r| r.item.pipeline)
-                    .ok_or_else(|| ServeError::NotFound(format!("no memory {id}")))?;
-                let m = s
-                    .mems
-                    .iter_mut()
-                    .find(|m| m.pipeline_name() == pipeline)
-                    .ok_or_else(|| {
-                        ServeError::BadRequest(format!("memory {id} is of pipeline `{pipeline}`, not served here"))
-                    })?;
-                f(m, &internal)?;
-                s.wrote(&internal, &st2, generation);
-                Ok(())
-            })
-            .await;
-        st.generation.fetch_add(1, Ordering::SeqCst);
-        out
+        let user = internal.clone();
+        self.on_user(&user, &st, true, move |_, s| {
+            let pipeline = s.mems[0]
+                .store()
+                .item_record(id)?
+                .map(|r| r.item.pipeline)
+                .ok_or_else(|| ServeError::NotFound(format!("no memory {id}")))?;
+            let m = s
+                .mems
+                .iter_mut()
+                .find(|m| m.pipeline_name() == pipeline)
+                .ok_or_else(|| {
+                    ServeError::BadRequest(format!("memory {id} is of pipeline `{pipeline}`, not served here"))
+                })?;
+            f(m, &internal)?;
+            Ok(())
+        })
+        .await
     }
 
     /// A memory's history (read).
@@ -1141,11 +1157,8 @@ impl Engine {
         let _prepared = self.queries.prepare(&q.question).await;
         let st = self.user_state(&u.internal)?;
         let _r = st.lock.clone().read_owned().await;
-        let generation = st.generation.load(Ordering::SeqCst);
         let (internal, question) = (u.internal.clone(), q.question);
-        let route = self.route(&u.internal, &st);
-        self.on_slot(route, move |e, s| {
-            s.fresh(e, &internal, &st, generation);
+        self.on_user(&u.internal, &st, false, move |_, s| {
             let c = s.mems[pi].compose(&internal, &question, budget)?;
             Ok(ContextResponse {
                 prompt: c.prompt,
@@ -1229,8 +1242,8 @@ impl Engine {
     }
 
     /// Writes the index files of one user of slot `i` unsaved for at least
-    /// `age`, if the slot (and a permit) is free now; returns whether it
-    /// did anything.
+    /// `age`, if the slot and the user's read lock are free now; returns
+    /// whether it did anything.
     fn persist_one(&self, i: usize, age: Duration) -> bool {
         if !self.try_take(i) {
             return false;
@@ -1333,11 +1346,8 @@ impl Engine {
         self.registry.start_job(id)?;
         let started = Instant::now();
         let (internal, user_id) = (u.internal.clone(), u.id);
-        let generation = st.generation.load(Ordering::SeqCst);
-        let (route, st2) = (self.route(&u.internal, &st), st.clone());
         let out = self
-            .on_slot(route, move |e, s| {
-                s.fresh(e, &internal, &st2, generation);
+            .on_user(&u.internal, &st, true, move |e, s| {
                 let last = s.mems[0].store().last_message_id(&internal)?;
                 let mut processed = 0usize;
                 for m in &mut s.mems {
@@ -1349,11 +1359,9 @@ impl Engine {
                     let r = m.process(&internal, &mut report)?;
                     processed = processed.max(r.messages);
                 }
-                s.wrote(&internal, &st2, generation);
                 Ok((last, processed))
             })
             .await;
-        st.generation.fetch_add(1, Ordering::SeqCst);
         if let Ok(mut p) = self.progress.lock() {
             p.remove(&id);
         }

@@ -91,8 +91,9 @@ impl QueryEmbedder {
         }
     }
 
-    /// Queries held now (tests).
-    pub fn held(&self) -> usize {
+    /// Queries held now.
+    #[cfg(test)]
+    fn held(&self) -> usize {
         self.ready.lock().map_or(0, |r| r.len())
     }
 }

@@ -29,11 +29,6 @@ impl IndexImages {
         }
         Ok(())
     }
-
-    /// Bytes to write.
-    pub fn len_bytes(&self) -> usize {
-        self.0.iter().map(|(_, b)| b.len()).sum()
-    }
 }
 
 /// Which pipeline a [`Memory`] runs.

@@ -6,9 +6,9 @@
 use clap::Args;
 use dentate_core::data::{Matrix, read_f32, read_i64};
 use dentate_core::{AnyIndex, FlatIndex, Index, IvfPqConfig, IvfPqIndex, Precision};
-use dentate_embed::{Embedder, HashingEmbedder, MiniLm, OpenAiConfig, OpenAiEmbedder};
+use dentate_embed::Embedder;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The result of a command: any error, printed by `main`.
@@ -197,39 +197,13 @@ pub struct EmbedderArgs {
     pub api_key_env: String,
 }
 
-/// Builds the embedder a spec names.
+/// Builds the embedder a spec names ([`dentate_embed::from_spec`]).
 pub fn make_embedder(a: &EmbedderArgs) -> Res<Box<dyn Embedder>> {
-    let (kind, arg) = a
-        .embedder
-        .split_once(':')
-        .map_or((a.embedder.as_str(), None), |(k, v)| (k, Some(v)));
-    Ok(match (kind, arg) {
-        ("hash", None) => Box::new(HashingEmbedder::new(384)?),
-        ("hash", Some(d)) => Box::new(HashingEmbedder::new(
-            d.parse().map_err(|_| format!("hash:{d}: not a dimension"))?,
-        )?),
-        ("minilm", dir) => {
-            let dir = dir.map(PathBuf::from).unwrap_or_else(MiniLm::default_dir);
-            Box::new(MiniLm::load(&dir)?)
-        }
-        ("openai", Some(model)) => {
-            let base = a
-                .base_url
-                .clone()
-                .or_else(|| std::env::var("OPENAI_BASE_URL").ok())
-                .unwrap_or_else(|| "https://api.openai.com/v1".into());
-            let mut cfg = OpenAiConfig::new(base, model);
-            cfg.api_key_env = a.api_key_env.clone();
-            Box::new(OpenAiEmbedder::connect(cfg)?)
-        }
-        _ => {
-            return Err(format!(
-                "unknown embedder `{}` (hash[:DIM], minilm[:DIR], openai:MODEL)",
-                a.embedder
-            )
-            .into());
-        }
-    })
+    let opts = dentate_embed::SpecOptions {
+        base_url: a.base_url.clone(),
+        api_key_env: Some(a.api_key_env.clone()),
+    };
+    Ok(dentate_embed::from_spec(&a.embedder, &opts)?)
 }
 
 /// Embeds `texts` in chunks with a progress bar; returns vectors and texts/s.

@@ -124,3 +124,76 @@ pub(crate) fn normalize_rows(v: &mut [f32], dim: usize) -> Vec<usize> {
     }
     zero
 }
+
+/// Where an `openai:MODEL` embedder is reached (see [`from_spec`]).
+#[derive(Debug, Clone, Default)]
+pub struct SpecOptions {
+    /// Base URL up to and including `/v1`; default `$OPENAI_BASE_URL`, else
+    /// `https://api.openai.com/v1`.
+    pub base_url: Option<String>,
+    /// Environment variable holding the API key; default `OPENAI_API_KEY`.
+    pub api_key_env: Option<String>,
+}
+
+/// The specs [`from_spec`] accepts, for messages and help texts.
+pub const SPECS: &str = "hash[:DIM], minilm[:DIR], openai:MODEL";
+
+/// Builds the embedder a spec names: `hash` (384 dimensions) or `hash:DIM`,
+/// `minilm` (the cached all-MiniLM-L6-v2, [`MiniLm::default_dir`]) or
+/// `minilm:DIR`, and `openai:MODEL` (an OpenAI-compatible endpoint, see
+/// [`SpecOptions`]). The command line's `--embedder`, the memory service's
+/// configuration and the Python package all read specs through this.
+///
+/// Errors: [`EmbedError::Config`] for an unknown spec, a bad dimension, or a
+/// kind this build leaves out (features `minilm`, `openai`); the errors of
+/// loading or connecting otherwise.
+pub fn from_spec(spec: &str, opts: &SpecOptions) -> Result<Box<dyn Embedder>> {
+    #[cfg(not(feature = "openai"))]
+    let _ = opts;
+    let (kind, arg) = spec.split_once(':').map_or((spec, None), |(k, v)| (k, Some(v)));
+    let unknown = || EmbedError::Config {
+        name: "embedder",
+        reason: format!("unknown embedder `{spec}` ({SPECS})"),
+    };
+    match (kind, arg) {
+        ("hash", None) => Ok(Box::new(HashingEmbedder::new(384)?)),
+        ("hash", Some(d)) => {
+            let dim = d.parse().map_err(|_| EmbedError::Config {
+                name: "embedder",
+                reason: format!("hash:{d}: `{d}` is not a dimension"),
+            })?;
+            Ok(Box::new(HashingEmbedder::new(dim)?))
+        }
+        #[cfg(feature = "minilm")]
+        ("minilm", dir) => {
+            let dir = dir.map(std::path::PathBuf::from).unwrap_or_else(MiniLm::default_dir);
+            Ok(Box::new(MiniLm::load(&dir)?))
+        }
+        #[cfg(feature = "openai")]
+        ("openai", Some(model)) if !model.is_empty() => {
+            let base = opts
+                .base_url
+                .clone()
+                .or_else(|| std::env::var("OPENAI_BASE_URL").ok())
+                .unwrap_or_else(|| "https://api.openai.com/v1".into());
+            let mut cfg = OpenAiConfig::new(base, model);
+            if let Some(env) = &opts.api_key_env {
+                cfg.api_key_env = env.clone();
+            }
+            Ok(Box::new(OpenAiEmbedder::connect(cfg)?))
+        }
+        #[cfg(not(feature = "minilm"))]
+        ("minilm", _) => Err(not_built(spec, "minilm")),
+        #[cfg(not(feature = "openai"))]
+        ("openai", _) => Err(not_built(spec, "openai")),
+        _ => Err(unknown()),
+    }
+}
+
+#[cfg(not(all(feature = "minilm", feature = "openai")))]
+fn not_built(spec: &str, feature: &str) -> EmbedError {
+    EmbedError::Config {
+        name: "embedder",
+        reason: format!("`{spec}` is not available in this build (feature `{feature}` is off)"),
+    }
+}

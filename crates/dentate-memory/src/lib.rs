@@ -50,7 +50,7 @@ pub use hema::{Hema, HemaConfig};
 #[cfg(feature = "http")]
 pub use llm::{ChatConfig, OpenAiChat};
 pub use llm::{ChatMessage, Llm, LlmError, LlmStats, ask_json};
-pub use memory::{IndexImages, Memory, PipelineKind};
+pub use memory::{Found, IndexImages, MAX_SEARCH_DEPTH, Memory, PipelineKind};
 pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{
     Composed, Cut, DEFAULT_FUSION, Env, HASHING_FUSION, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever,

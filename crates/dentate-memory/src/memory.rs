@@ -6,7 +6,9 @@ use crate::error::{MemoryError, Result};
 use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
 use crate::nemori::{Nemori, NemoriConfig};
-use crate::pipeline::{Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever, Sayer, check_embedder};
+use crate::pipeline::{
+    Composed, Cut, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever, Sayer, check_embedder, embedder_matches,
+};
 use crate::premem::{Premem, PrememConfig};
 use crate::rag::{Rag, RagConfig};
 use crate::store::{NewMessage, Store, check_user};
@@ -160,6 +162,18 @@ impl PipelineKind {
             PipelineKind::Premem(c) => Box::new(Premem::new(c.clone())),
         }
     }
+}
+
+/// The deepest [`Memory::search`] looks for memories its filter keeps.
+pub const MAX_SEARCH_DEPTH: usize = 65_536;
+
+/// What [`Memory::search`] found.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The memories kept, best first.
+    pub results: Vec<Retrieved>,
+    /// For a budget cut, the tokens the packed results take.
+    pub tokens: Option<usize>,
 }
 
 /// A memory directory: the store plus one pipeline instance per user.
@@ -319,6 +333,7 @@ impl Memory {
 
     fn with<T>(&mut self, user: &str, f: impl FnOnce(&mut dyn Pipeline, &mut Env<'_>) -> Result<T>) -> Result<T> {
         check_user(user)?;
+        let first = !self.pipelines.contains_key(user);
         let p = self
             .pipelines
             .entry(user.to_string())
@@ -330,6 +345,12 @@ impl Memory {
             user,
             retriever: self.retriever,
         };
+        // A user's indexes are opened (or rebuilt from the store) on first
+        // use: vectors of another embedder must never reach them.
+        if first && let Err(e) = embedder_matches(&env, p.name()) {
+            self.pipelines.remove(user);
+            return Err(e);
+        }
         f(p.as_mut(), &mut env)
     }
 
@@ -411,6 +432,64 @@ impl Memory {
             return Err(MemoryError::Invalid("k must be at least 1".into()));
         }
         self.with(user, |p, env| p.retrieve(env, query, k))
+    }
+
+    /// The memories of `user` for `query`, best first, cut at `cut`: the
+    /// top `k`, or items in rank order while their packed context stays
+    /// within the budget (then [`Found::tokens`] says how many it takes).
+    /// With `keep`, only the memories it accepts count, and the ranked list
+    /// is deepened (×4 each time) until the cut is met or the memory is
+    /// exhausted. The memory service's search and the Python package's
+    /// `Memory.search` are this.
+    ///
+    /// Errors: `k` or budget 0 ([`MemoryError::Invalid`]), and those of
+    /// [`Memory::retrieve`].
+    pub fn search(
+        &mut self,
+        user: &str,
+        query: &str,
+        cut: Cut,
+        keep: Option<&dyn Fn(&Retrieved) -> bool>,
+    ) -> Result<Found> {
+        let want = match cut {
+            Cut::K(0) => return Err(MemoryError::Invalid("k must be at least 1".into())),
+            Cut::Budget(0) => return Err(MemoryError::Invalid("budget must be at least 1 token".into())),
+            Cut::K(k) => k,
+            // Deep enough for most budgets in one retrieval.
+            Cut::Budget(_) => 64,
+        };
+        let mut depth = if keep.is_some() { want.saturating_mul(4) } else { want };
+        let ranked = loop {
+            let got = self.retrieve(user, query, depth)?;
+            let exhausted = got.len() < depth;
+            let kept: Vec<Retrieved> = match keep {
+                Some(f) => got.into_iter().filter(|r| f(r)).collect(),
+                None => got,
+            };
+            let enough = match cut {
+                Cut::K(k) => kept.len() >= k,
+                Cut::Budget(_) => !self.packer(user)?.pack(&kept, cut).exhausted,
+            };
+            if enough || exhausted || depth >= MAX_SEARCH_DEPTH {
+                break kept;
+            }
+            depth = depth.saturating_mul(4).min(MAX_SEARCH_DEPTH);
+        };
+        Ok(match cut {
+            Cut::K(k) => Found {
+                results: ranked.into_iter().take(k).collect(),
+                tokens: None,
+            },
+            Cut::Budget(_) => {
+                let packed = self.packer(user)?.pack(&ranked, cut);
+                let mut results = ranked;
+                results.truncate(packed.items);
+                Found {
+                    results,
+                    tokens: Some(packed.tokens),
+                }
+            }
+        })
     }
 
     /// How the pipeline packs retrieved items into its prompt for `user`:

@@ -258,19 +258,32 @@ pub trait Pipeline: Send {
     fn index_files(&self, env: &Env<'_>) -> Vec<std::path::PathBuf>;
 }
 
-/// Checks that the store's vectors for this pipeline were made by the same
-/// embedder, recording it on first use.
-pub(crate) fn check_embedder(env: &mut Env<'_>, pipeline: &str) -> Result<()> {
+/// Whether the store's vectors of `pipeline` for the user were made by this
+/// embedder: `Ok(true)` when they were, `Ok(false)` when none is recorded
+/// yet, an error naming both when another one made them. Reads only.
+pub(crate) fn embedder_matches(env: &Env<'_>, pipeline: &str) -> Result<bool> {
     let name = format!("{}/{}", env.embedder.name(), env.embedder.dim());
     match env.store.state(env.user, pipeline, "embedder")? {
         Some(old) if old != name => Err(MemoryError::Invalid(format!(
             "user `{}` pipeline `{pipeline}` was built with embedder {old}, not {name}; use that embedder or a new memory directory",
             env.user
         ))),
-        Some(_) => Ok(()),
-        None => {
+        Some(_) => Ok(true),
+        None => Ok(false),
+    }
+}
+
+/// Checks that the store's vectors for this pipeline were made by the same
+/// embedder, recording it on first use.
+pub(crate) fn check_embedder(env: &mut Env<'_>, pipeline: &str) -> Result<()> {
+    match embedder_matches(env, pipeline)? {
+        true => Ok(()),
+        false => {
             let step = crate::store::Step {
-                state: vec![("embedder".into(), name)],
+                state: vec![(
+                    "embedder".into(),
+                    format!("{}/{}", env.embedder.name(), env.embedder.dim()),
+                )],
                 ..Default::default()
             };
             env.store.commit(env.user, pipeline, &step)?;

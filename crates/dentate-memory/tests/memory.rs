@@ -288,6 +288,27 @@ fn embedder_change_is_refused() {
     let mut m = Memory::open(dir.path(), PipelineKind::parse("rag").unwrap(), other, None).unwrap();
     let err = m.ingest("ann", &[msg(3, 1, "Ann", "More text.")]).unwrap_err();
     assert!(err.to_string().contains("embedder"), "{err}");
+    // Reading with another embedder is refused the same way, for every
+    // pipeline, before any index is opened or rebuilt from the store (it
+    // used to fail inside the rebuild, with "got 1 ids for 3 vectors").
+    for kind in ["rag", "hema", "nemori", "premem", "amory"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = open(dir.path(), kind);
+        first.ingest("ann", &conversation()).unwrap();
+        first.flush("ann").unwrap();
+        let other = Arc::new(dentate_embed::HashingEmbedder::new(128).unwrap());
+        let mut m = Memory::open(dir.path(), PipelineKind::parse(kind).unwrap(), other, None).unwrap();
+        for _ in 0..2 {
+            let err = m.retrieve("ann", "where does Ann live?", 3).unwrap_err();
+            assert!(
+                matches!(err, MemoryError::Invalid(_)) && err.to_string().contains("embedder"),
+                "{kind}: {err}"
+            );
+        }
+        assert!(m.compose("ann", "where?", 500).is_err());
+        // A user without memories is not refused.
+        assert!(m.retrieve("bob", "anything", 3).unwrap().is_empty());
+    }
 }
 
 /// A long synthetic dialogue: `n` turns cycling through topics, each

@@ -949,45 +949,16 @@ impl Engine {
         let _r = st.lock.clone().read_owned().await;
         let (internal, query) = (u.internal.clone(), q.query);
         self.on_user(&u.internal, &st, false, move |_, s| {
-            let m = &mut s.mems[pi];
             let in_range = |r: &Retrieved| {
                 let t = r.item.said_at;
                 from.is_none_or(|a| t.is_some_and(|t| t >= a)) && to.is_none_or(|b| t.is_some_and(|t| t <= b))
             };
             let filtered = from.is_some() || to.is_some();
-            let want = match cut {
-                Cut::K(k) => k,
-                Cut::Budget(_) => 64,
-            };
-            // Deepen the ranked list until the filter and the cut are met
-            // or the memory is exhausted.
-            let mut depth = if filtered { want * 4 } else { want };
-            let ranked = loop {
-                let got = m.retrieve(&internal, &query, depth)?;
-                let exhausted = got.len() < depth;
-                let kept: Vec<Retrieved> = got.into_iter().filter(|r| in_range(r)).collect();
-                let enough = match cut {
-                    Cut::K(k) => kept.len() >= k,
-                    Cut::Budget(_) => !m.packer(&internal)?.pack(&kept, cut).exhausted,
-                };
-                if enough || exhausted || depth >= 65_536 {
-                    break kept;
-                }
-                depth *= 4;
-            };
-            match cut {
-                Cut::K(k) => Ok(SearchResponse {
-                    results: ranked.iter().take(k).map(retrieved_out).collect(),
-                    tokens: None,
-                }),
-                Cut::Budget(_) => {
-                    let packed = m.packer(&internal)?.pack(&ranked, cut);
-                    Ok(SearchResponse {
-                        results: ranked[..packed.items].iter().map(retrieved_out).collect(),
-                        tokens: Some(packed.tokens),
-                    })
-                }
-            }
+            let found = s.mems[pi].search(&internal, &query, cut, filtered.then_some(&in_range as _))?;
+            Ok(SearchResponse {
+                results: found.results.iter().map(retrieved_out).collect(),
+                tokens: found.tokens,
+            })
         })
         .await
     }

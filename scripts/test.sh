@@ -53,15 +53,17 @@ ST_MAX_EXAMPLES=${ST_MAX_EXAMPLES:-50} ST_EXCLUDE=positive_data_acceptance \
     crates/dentate-serve/tests/schema/run.sh "${CARGO_TARGET_DIR:-target}/debug/dentate"
 
 # The Python package (python/, PyO3 + maturin): built into a venv with
-# maturin, pytest, numpy and mypy from PyPI, in the test profile so that it
-# reuses the dependencies compiled above; pytest checks it against the CLI
-# binary built above (same files, same ids and scores) and mypy --strict
-# checks the tests against the package's stubs.
+# maturin, pytest, numpy and mypy from PyPI, in the dev profile, whose
+# settings equal the test profile's (Cargo.toml), so that it reuses the
+# dependencies compiled above (`--profile test` would build a test harness,
+# not a module); pytest checks it against the CLI binary built above (same
+# files, same ids and scores) and mypy --strict checks the tests against
+# the package's stubs.
 td=${CARGO_TARGET_DIR:-target}; [[ $td == /* ]] || td="$PWD/$td"
 pyenv_dir="$td/python-venv"
 [[ -x "$pyenv_dir/bin/python" ]] || python3 -m venv "$pyenv_dir"
 "$pyenv_dir/bin/pip" install -q --disable-pip-version-check "maturin>=1.9,<2" "pytest>=7" "numpy>=1.21" "mypy>=1.8"
-(cd python && VIRTUAL_ENV="$pyenv_dir" PATH="$pyenv_dir/bin:$PATH" maturin develop -q --profile test)
+(cd python && VIRTUAL_ENV="$pyenv_dir" PATH="$pyenv_dir/bin:$PATH" maturin develop -q)
 (cd python && DENTATE_BIN="$td/debug/dentate" DENTATE_REQUIRE_MINILM=1 "$pyenv_dir/bin/python" -m pytest -q)
 (cd python && "$pyenv_dir/bin/mypy" --strict tests)
 

@@ -67,8 +67,9 @@ class Index:
     def compact(self) -> None:
         """Drops removed rows and reclaims their memory."""
     def config(self) -> dict[str, Any]:
-        """The build settings (``kind``, ``dim``, and ``nlist``, ``m``,
-        ``opq``, ``nprobe``, ``rerank``, ``seed`` for IVF indexes)."""
+        """The build settings: ``kind``, ``dim``, and ``f16`` for an exact
+        index or ``nlist``, ``m``, ``opq``, ``nprobe``, ``rerank``, ``seed``
+        for IVF indexes."""
     def __len__(self) -> int:
         """Live vectors."""
     def __contains__(self, id: int) -> bool:
@@ -334,7 +335,8 @@ class Memory:
         """The pipeline's name."""
 
 def simd_path() -> str:
-    """The SIMD path the CPU kernels run (``avx512f``, ``avx2``, …)."""
+    """The SIMD path the CPU kernels run (``avx512f``, ``avx2+fma``, ``neon``,
+    ``simd128`` or ``scalar``)."""
 
 def _input_address(x: _Rows) -> int:
     """The address of the float32 block the engine reads for ``x``."""

@@ -26,8 +26,11 @@ impl Rows<'_> {
 }
 
 /// Reads `x` (a 2-D `n × dim` array, or a 1-D array as one vector) as
-/// float32 rows. A C-contiguous float32 array is borrowed as it is; any
-/// other array-like is converted once by `numpy.ascontiguousarray`. With
+/// float32 rows. A C-contiguous, aligned float32 array is borrowed as it
+/// is; any other array-like is converted once by `numpy.require`. A
+/// borrowed array is read with the GIL released: another Python thread that
+/// writes into it meanwhile makes the batch a mix of old and new values (as
+/// with any library that releases the GIL over caller-owned buffers). With
 /// `dim`, a batch of another dimension is a `DimensionMismatchError` (a
 /// flat buffer would otherwise be re-cut into rows of the index's width).
 pub fn rows<'py>(x: &Bound<'py, PyAny>, dim: Option<usize>, what: &str) -> PyResult<Rows<'py>> {
@@ -42,7 +45,7 @@ pub fn rows<'py>(x: &Bound<'py, PyAny>, dim: Option<usize>, what: &str) -> PyRes
         None => {
             let np = py.import("numpy")?;
             let converted = np
-                .call_method1("ascontiguousarray", (x, np.getattr("float32")?))
+                .call_method1("require", (x, np.getattr("float32")?, ("C", "A")))
                 .map_err(|e| invalid(format!("{what} must be an array of numbers: {e}")))?;
             converted
                 .cast_into::<PyArrayDyn<f32>>()
@@ -76,14 +79,13 @@ pub type Batch<'py> = (Bound<'py, PyArray2<f32>>, Bound<'py, PyArray2<i64>>);
 /// `(scores, ids)` of one ranked list.
 pub type Ranked<'py> = (Bound<'py, PyArray1<f32>>, Bound<'py, PyArray1<i64>>);
 
-/// Reads ids: a 1-D array or sequence of non-negative integers (uint64 or
-/// any signed or unsigned integer type), or one integer.
+/// Reads ids: a 1-D array or sequence of non-negative integers (any
+/// integer dtype, any strides), or one integer. Ids from 2^63 up are
+/// refused (results return ids as int64).
 pub fn ids(x: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u64>> {
-    if let Ok(a) = x.cast::<PyArray1<u64>>() {
-        return a.to_vec().map_err(|e| invalid(format!("{what}: {e}")));
-    }
-    if let Ok(a) = x.cast::<PyArray1<i64>>() {
-        let v = a.to_vec().map_err(|e| invalid(format!("{what}: {e}")))?;
+    if let Ok(a) = x.cast::<PyArray1<i64>>()
+        && let Ok(v) = a.to_vec()
+    {
         return signed(v, what);
     }
     let np = x.py().import("numpy")?;
@@ -96,25 +98,31 @@ pub fn ids(x: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u64>> {
         return Err(invalid(format!("{what} must be 1-D; got {ndim} dimensions")));
     }
     let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
-    match kind.as_str() {
+    let v: Vec<u64> = match kind.as_str() {
         "u" => {
-            let a = a.call_method1("astype", (np.getattr("uint64")?,))?;
+            let a = np.call_method1("ascontiguousarray", (a, np.getattr("uint64")?))?;
             let a = a
                 .cast_into::<PyArray1<u64>>()
                 .map_err(|_| invalid(format!("{what}: not uint64")))?;
-            a.to_vec().map_err(|e| invalid(format!("{what}: {e}")))
+            a.to_vec().map_err(|e| invalid(format!("{what}: {e}")))?
         }
         "i" => {
-            let a = a.call_method1("astype", (np.getattr("int64")?,))?;
+            let a = np.call_method1("ascontiguousarray", (a, np.getattr("int64")?))?;
             let a = a
                 .cast_into::<PyArray1<i64>>()
                 .map_err(|_| invalid(format!("{what}: not int64")))?;
-            signed(a.to_vec().map_err(|e| invalid(format!("{what}: {e}")))?, what)
+            return signed(a.to_vec().map_err(|e| invalid(format!("{what}: {e}")))?, what);
         }
-        _ => Err(invalid(format!(
-            "{what} must be integers; got an array of dtype kind `{kind}`"
-        ))),
+        _ => {
+            return Err(invalid(format!(
+                "{what} must be integers; got an array of dtype kind `{kind}`"
+            )));
+        }
+    };
+    if let Some(big) = v.iter().find(|&&i| i > i64::MAX as u64) {
+        return Err(invalid(format!("{what}: {big} is 2^63 or more; ids must fit int64")));
     }
+    Ok(v)
 }
 
 fn signed(v: Vec<i64>, what: &str) -> PyResult<Vec<u64>> {
@@ -154,14 +162,21 @@ pub fn ranked<'py>(py: Python<'py>, hits: &[Hit]) -> PyResult<Ranked<'py>> {
     Ok((PyArray1::from_vec(py, scores), PyArray1::from_vec(py, ids)))
 }
 
-/// An id as numpy's int64; ids from 2^63 up (only a file written by
-/// another program can hold them) are refused rather than wrapped.
+/// An id as numpy's int64; ids from 2^63 up (the package refuses to add
+/// them; only a file written by Rust code or the CLI can hold them) are
+/// refused rather than wrapped.
 fn id_out(id: u64) -> PyResult<i64> {
     i64::try_from(id).map_err(|_| {
         invalid(format!(
             "id {id} does not fit int64; ids from 2^63 up cannot be returned"
         ))
     })
+}
+
+/// A count or size given from Python: negative values are an
+/// `InvalidParameterError` naming `name` (not an `OverflowError`).
+pub fn size(v: i64, name: &str) -> PyResult<usize> {
+    usize::try_from(v).map_err(|_| crate::errors::param(format!("{name} is {v}; it cannot be negative")))
 }
 
 /// Float32 rows `n × dim` as a fresh 2-D array (owning `v`).

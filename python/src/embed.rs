@@ -91,22 +91,19 @@ impl PyEmbedder {
 #[pyfunction]
 #[pyo3(signature = (texts, spec="hash"))]
 pub fn embed<'py>(py: Python<'py>, texts: Vec<String>, spec: &str) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let cached = CACHE
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|m| m.get(spec).cloned());
-    let e = match cached {
-        Some(e) => e,
-        None => {
-            let e = build(py, spec, None, None)?;
-            CACHE
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_or_insert_with(HashMap::new)
-                .insert(spec.to_string(), e.clone());
-            e
-        }
-    };
+    // Looked up and built under the cache's lock, with the GIL released: a
+    // model loads once even when threads ask for it together.
+    let e = py
+        .detach(|| {
+            let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+            let cache = cache.get_or_insert_with(HashMap::new);
+            if let Some(e) = cache.get(spec) {
+                return Ok(e.clone());
+            }
+            let e: Arc<dyn Embedder> = Arc::from(from_spec(spec, &SpecOptions::default())?);
+            cache.insert(spec.to_string(), e.clone());
+            Ok(e)
+        })
+        .map_err(embed_err)?;
     run(py, &e, texts)
 }

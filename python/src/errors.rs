@@ -82,6 +82,7 @@ pub fn memory(e: dentate_memory::MemoryError) -> PyErr {
         E::Embed(e) => embed(e),
         E::Store(_) => exc::StoreError::new_err(e.to_string()),
         E::Io(_) => exc::IoError::new_err(e.to_string()),
+        E::Llm(dentate_memory::LlmError::Config { .. }) => exc::InvalidParameterError::new_err(e.to_string()),
         E::Llm(_) => exc::LlmError::new_err(e.to_string()),
         E::Invalid(_) | E::Dataset(_) => exc::InvalidInputError::new_err(e.to_string()),
         E::NotFound { .. } => exc::NotFoundError::new_err(e.to_string()),

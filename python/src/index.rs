@@ -1,6 +1,6 @@
 //! `Index` and its three kinds: `FlatIndex`, `IvfPqIndex`, `FastScanIndex`.
 
-use crate::arrays::{Batch, ids, results, rows};
+use crate::arrays::{Batch, ids, results, rows, size};
 use crate::errors::{core, invalid, param};
 use dentate_core::{AnyIndex, FlatIndex, Index, IndexKind, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
 use pyo3::prelude::*;
@@ -91,11 +91,11 @@ impl PyIndex {
 }
 
 /// `dim` must be at least 1.
-fn check_dim(dim: usize) -> PyResult<()> {
-    if dim == 0 {
-        return Err(param("dim must be at least 1"));
+fn check_dim(dim: i64) -> PyResult<usize> {
+    match size(dim, "dim")? {
+        0 => Err(param("dim must be at least 1")),
+        d => Ok(d),
     }
-    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -185,16 +185,7 @@ impl PyIndex {
     ) -> PyResult<Bound<'py, numpy::PyArray1<i64>>> {
         let x = rows(x, Some(self.dim), "x")?;
         let data = x.as_slice()?;
-        let given = match ids {
-            Some(i) => {
-                let v = self::ids(i, "ids")?;
-                if let Some(big) = v.iter().find(|&&i| i > i64::MAX as u64) {
-                    return Err(invalid(format!("id {big} is 2^63 or more; ids must fit int64")));
-                }
-                Some(v)
-            }
-            None => None,
-        };
+        let given = ids.map(|i| self::ids(i, "ids")).transpose()?;
         let n = x.rows;
         let ids = self.writing(py, |g| -> PyResult<Vec<u64>> {
             let (ids, next) = match given {
@@ -227,10 +218,16 @@ impl PyIndex {
         &self,
         py: Python<'py>,
         q: &Bound<'py, PyAny>,
-        k: usize,
-        nprobe: Option<usize>,
-        rerank: Option<usize>,
+        k: i64,
+        nprobe: Option<i64>,
+        rerank: Option<i64>,
     ) -> PyResult<Batch<'py>> {
+        let k = size(k, "k")?;
+        let nprobe = nprobe.map(|n| size(n, "nprobe")).transpose()?;
+        let rerank = rerank.map(|r| size(r, "rerank")).transpose()?;
+        if nprobe == Some(0) {
+            return Err(param("nprobe must be at least 1"));
+        }
         let q = rows(q, Some(self.dim), "q")?;
         let data = q.as_slice()?;
         let (hits, live) = self
@@ -322,7 +319,11 @@ impl PyIndex {
     }
 
     #[setter]
-    fn set_nprobe(&self, py: Python<'_>, n: usize) -> PyResult<()> {
+    fn set_nprobe(&self, py: Python<'_>, n: i64) -> PyResult<()> {
+        let n = size(n, "nprobe")?;
+        if n == 0 {
+            return Err(param("nprobe must be at least 1"));
+        }
         self.writing(py, |g| match g {
             AnyIndex::Flat(_) => Err(param("an exact index has no nprobe")),
             AnyIndex::IvfPq(i) => {
@@ -342,7 +343,8 @@ impl PyIndex {
     }
 
     #[setter]
-    fn set_rerank(&self, py: Python<'_>, r: usize) -> PyResult<()> {
+    fn set_rerank(&self, py: Python<'_>, r: i64) -> PyResult<()> {
+        let r = size(r, "rerank")?;
         self.writing(py, |g| match g {
             AnyIndex::Flat(_) => Err(param("an exact index has no re-rank factor")),
             AnyIndex::IvfPq(i) => {
@@ -386,8 +388,8 @@ impl PyFlatIndex {
     /// half floats (half the memory, scores within ~1e-3).
     #[new]
     #[pyo3(signature = (dim, *, f16=false))]
-    fn new(dim: usize, f16: bool) -> PyResult<PyClassInitializer<Self>> {
-        check_dim(dim)?;
+    fn new(dim: i64, f16: bool) -> PyResult<PyClassInitializer<Self>> {
+        let dim = check_dim(dim)?;
         let p = if f16 { Precision::F16 } else { Precision::F32 };
         Ok(
             PyClassInitializer::from(PyIndex::wrap(AnyIndex::Flat(FlatIndex::with_precision(dim, p))))
@@ -416,16 +418,23 @@ impl PyIvfPqIndex {
     #[pyo3(signature = (dim, nlist, m, *, opq=false, nprobe=None, rerank=None, iterations=None, seed=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        dim: usize,
-        nlist: usize,
-        m: usize,
+        dim: i64,
+        nlist: i64,
+        m: i64,
         opq: bool,
-        nprobe: Option<usize>,
-        rerank: Option<usize>,
-        iterations: Option<usize>,
+        nprobe: Option<i64>,
+        rerank: Option<i64>,
+        iterations: Option<i64>,
         seed: Option<u64>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        check_dim(dim)?;
+        let dim = check_dim(dim)?;
+        let (nlist, m) = (size(nlist, "nlist")?, size(m, "m")?);
+        let opt = |v: Option<i64>, name: &str| v.map(|v| size(v, name)).transpose();
+        let (nprobe, rerank, iterations) = (
+            opt(nprobe, "nprobe")?,
+            opt(rerank, "rerank")?,
+            opt(iterations, "iterations")?,
+        );
         let cfg = ivf_config(IvfPqConfig::new(nlist, m), opq, nprobe, rerank, iterations, seed);
         let i = IvfPqIndex::new(dim, cfg).map_err(core)?;
         Ok(PyClassInitializer::from(PyIndex::wrap(AnyIndex::IvfPq(i))).add_subclass(PyIvfPqIndex))
@@ -452,16 +461,23 @@ impl PyFastScanIndex {
     #[pyo3(signature = (dim, nlist, m, *, opq=false, nprobe=None, rerank=None, iterations=None, seed=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        dim: usize,
-        nlist: usize,
-        m: usize,
+        dim: i64,
+        nlist: i64,
+        m: i64,
         opq: bool,
-        nprobe: Option<usize>,
-        rerank: Option<usize>,
-        iterations: Option<usize>,
+        nprobe: Option<i64>,
+        rerank: Option<i64>,
+        iterations: Option<i64>,
         seed: Option<u64>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        check_dim(dim)?;
+        let dim = check_dim(dim)?;
+        let (nlist, m) = (size(nlist, "nlist")?, size(m, "m")?);
+        let opt = |v: Option<i64>, name: &str| v.map(|v| size(v, name)).transpose();
+        let (nprobe, rerank, iterations) = (
+            opt(nprobe, "nprobe")?,
+            opt(rerank, "rerank")?,
+            opt(iterations, "iterations")?,
+        );
         let base = if nlist == 1 {
             IvfPqConfig::flat_fastscan(m)
         } else {

@@ -1,6 +1,6 @@
 //! `Bm25Index` and `hybrid_search`.
 
-use crate::arrays::{Ranked, ids, ranked, rows};
+use crate::arrays::{Ranked, ids, ranked, rows, size};
 use crate::errors::{core, invalid};
 use crate::index::PyIndex;
 use dentate_core::{Bm25Params, Fusion, LexicalIndex};
@@ -59,7 +59,8 @@ impl PyBm25 {
     }
 
     /// The `k` best texts for `query`: `(scores, ids)` as 1-D arrays.
-    fn search<'py>(&self, py: Python<'py>, query: &str, k: usize) -> PyResult<Ranked<'py>> {
+    fn search<'py>(&self, py: Python<'py>, query: &str, k: i64) -> PyResult<Ranked<'py>> {
+        let k = size(k, "k")?;
         let hits = self.reading(py, |i| i.search(query, k)).map_err(core)?;
         ranked(py, &hits)
     }
@@ -114,9 +115,10 @@ pub fn hybrid_search<'py>(
     bm25: &Bound<'py, PyBm25>,
     vector: &Bound<'py, PyAny>,
     text: &str,
-    k: usize,
+    k: i64,
     fusion: &str,
 ) -> PyResult<Ranked<'py>> {
+    let k = size(k, "k")?;
     let fusion = Fusion::parse(fusion).map_err(core)?;
     let index = index.get();
     let v = rows(vector, Some(index.dim_of()), "vector")?;

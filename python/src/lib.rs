@@ -28,7 +28,7 @@ fn _input_address(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(arrays::rows(x, None, "x")?.as_slice()?.as_ptr() as usize)
 }
 
-/// The SIMD path the CPU kernels run (`avx512`, `avx2`, `neon`, `scalar`, …).
+/// The SIMD path the CPU kernels run (`avx512f`, `avx2+fma`, `neon`, `simd128`, `scalar`).
 #[pyfunction]
 fn simd_path() -> String {
     dentate_core::Isa::active().name().to_string()

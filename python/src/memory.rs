@@ -1,5 +1,6 @@
 //! `Memory`: a memory pipeline over a directory (or in memory), many users.
 
+use crate::arrays::size;
 use crate::embed::PyEmbedder;
 use crate::errors::{embed as embed_err, invalid, memory as mem_err};
 use dentate_embed::{Embedder, SpecOptions, from_spec};
@@ -228,9 +229,11 @@ impl PyMemory {
         py: Python<'py>,
         user: &str,
         query: &str,
-        k: Option<usize>,
-        budget: Option<usize>,
+        k: Option<i64>,
+        budget: Option<i64>,
     ) -> PyResult<Bound<'py, PyList>> {
+        let k = k.map(|k| size(k, "k")).transpose()?;
+        let budget = budget.map(|b| size(b, "budget")).transpose()?;
         let cut = match (k, budget) {
             (Some(_), Some(_)) => return Err(invalid("give k or budget, not both")),
             (k, None) => Cut::K(k.unwrap_or(10)),
@@ -244,7 +247,8 @@ impl PyMemory {
     /// `{prompt, tokens, trimmed, included}` (`included`: the memories in
     /// it, as `search` returns them).
     #[pyo3(signature = (user, question, budget=3500))]
-    fn context<'py>(&self, py: Python<'py>, user: &str, question: &str, budget: usize) -> PyResult<Bound<'py, PyDict>> {
+    fn context<'py>(&self, py: Python<'py>, user: &str, question: &str, budget: i64) -> PyResult<Bound<'py, PyDict>> {
+        let budget = size(budget, "budget")?;
         let c = self.with(py, |m| m.compose(user, question, budget))?;
         let d = PyDict::new(py);
         d.set_item("prompt", &c.prompt)?;

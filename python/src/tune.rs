@@ -1,7 +1,7 @@
 //! `tune`: the fastest fast-scan settings that reach a recall target.
 
 use crate::arrays::rows;
-use crate::errors::{core, invalid};
+use crate::errors::core;
 use dentate_core::{TuneConfig, TuneTrial, tune_fastscan};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -48,9 +48,6 @@ pub fn tune<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let b = rows(base, None, "base")?;
     let q = rows(queries, Some(b.dim), "queries")?;
-    if !(0.0..1.0).contains(&holdout) {
-        return Err(invalid(format!("holdout is {holdout}; use a fraction in [0, 1)")));
-    }
     let mut cfg = TuneConfig::new(target_recall);
     cfg.k = k;
     cfg.nlists = nlists.unwrap_or_default();

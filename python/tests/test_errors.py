@@ -72,13 +72,23 @@ def test_bad_searches(index: dentate.Index, data: npt.NDArray[np.float32]) -> No
         index.search(data[:1, :31], 3)
     with pytest.raises(dentate.EmptyIndexError):
         dentate.FlatIndex(32).search(data[:1], 3)
-    with pytest.raises(OverflowError):
+    with pytest.raises(dentate.InvalidParameterError, match="negative"):
         index.search(data[:1], -1)
+    with pytest.raises(dentate.InvalidParameterError, match="nprobe"):
+        index.search(data[:1], 3, nprobe=0)
+    bm25 = dentate.Bm25Index()
+    with pytest.raises(dentate.InvalidParameterError):
+        bm25.search("x", -2)
+    with pytest.raises(dentate.InvalidInputError, match="2\\^63"):
+        bm25.add(np.array([2**63], dtype=np.uint64), ["big id"])
+    assert len(bm25) == 0
 
 
 def test_bad_parameters(data: npt.NDArray[np.float32]) -> None:
     with pytest.raises(dentate.InvalidParameterError):
         dentate.FlatIndex(0)
+    with pytest.raises(dentate.InvalidParameterError, match="negative"):
+        dentate.FastScanIndex(-32, 4, 8)
     with pytest.raises(dentate.InvalidParameterError):
         dentate.IvfPqIndex(32, 16, 7)  # 7 does not divide 32
     with pytest.raises(dentate.InvalidParameterError):
@@ -92,6 +102,8 @@ def test_bad_parameters(data: npt.NDArray[np.float32]) -> None:
         dentate.hybrid_search(dentate.FlatIndex(4), dentate.Bm25Index(), np.ones(4, np.float32), "x", 3, fusion="max")
     with pytest.raises(dentate.InvalidParameterError):
         dentate.tune(data, data[:10], 1.5)
+    with pytest.raises(dentate.InvalidParameterError, match="holdout"):
+        dentate.tune(data, data[:10], 0.9, holdout=1.0)
     with pytest.raises(dentate.InvalidParameterError, match="unknown embedder"):
         dentate.Embedder("word2vec")
     with pytest.raises(dentate.InvalidParameterError):
@@ -151,10 +163,10 @@ def test_memory_errors(tmp_path: Path) -> None:
         dentate.Memory(tmp_path / "m3", llm={"url": "http://127.0.0.1:9/v1"})
     with pytest.raises(dentate.InvalidInputError, match="unknown llm setting"):
         dentate.Memory(tmp_path / "m3", llm={"url": "http://127.0.0.1:9/v1", "model": "x", "temp": 1})
-    with pytest.raises(dentate.LlmError):
+    with pytest.raises(dentate.InvalidParameterError, match="base_url"):
         dentate.Memory(tmp_path / "m3", llm={"url": "ftp://nowhere", "model": "x"})
     # A memory built with one embedder refuses another.
-    with pytest.raises(dentate.Error, match="embedder"):
+    with pytest.raises(dentate.InvalidInputError, match="was built with embedder"):
         other = dentate.Memory(tmp_path / "mem", pipeline="rag", embedder="hash:64")
         other.search("u", "hello", k=1)
     assert m.message_count("u") == 1

@@ -51,10 +51,11 @@ def test_ivf_kinds_reach_high_recall(make, data: npt.NDArray[np.float32], querie
     truth = exact_topk(data, queries, 10)
     recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)])
     assert recall >= 0.9, recall
-    # Probing one list finds less than probing all of them.
+    # Probing one list without re-ranking finds less (a flat fast-scan index
+    # has one list: there re-ranking alone makes the difference).
     _, few = index.search(queries, 10, nprobe=1, rerank=0)
     low = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(few, truth)])
-    assert low <= recall
+    assert low < recall
 
 
 def test_given_ids_remove_compact_and_auto_ids(data: npt.NDArray[np.float32]) -> None:
@@ -81,6 +82,9 @@ def test_given_ids_remove_compact_and_auto_ids(data: npt.NDArray[np.float32]) ->
     # Python ints, int32 arrays and a list all work as ids.
     index.add(data[104:106], [5, 6])
     index.add(data[106:108], np.array([7, 8], dtype=np.int32))
+    # Strided and reversed id arrays too.
+    index.add(data[108:110], np.arange(20, 24, dtype=np.int64)[::2])
+    assert index.remove(np.array([22, 20], dtype=np.uint64)[::-1]) == 2
     assert all(i in index for i in (5, 6, 7, 8))
     # Re-adding an id replaces its vector.
     index.add(data[200], [5])
@@ -93,7 +97,8 @@ def test_k_clamps_to_the_live_count_and_pads_nothing(data: npt.NDArray[np.float3
     index.add(data[:7])
     scores, ids = index.search(data[:2], 10**12)
     assert scores.shape == (2, 7)
-    assert sorted(ids[0]) == list(range(7))
+    assert sorted(ids[0]) == sorted(ids[1]) == list(range(7))
+    assert not np.isnan(scores).any()
 
 
 def test_padding_when_a_query_finds_fewer(data: npt.NDArray[np.float32]) -> None:
@@ -174,6 +179,11 @@ def test_settings_and_properties(data: npt.NDArray[np.float32]) -> None:
     index.nprobe = 8
     index.rerank = 2
     assert (index.nprobe, index.rerank) == (8, 2)
+    with pytest.raises(dentate.InvalidParameterError):
+        index.nprobe = 0
+    with pytest.raises(dentate.InvalidParameterError):
+        index.rerank = -1
+    assert index.nprobe == 8
     flat = dentate.FlatIndex(32)
     assert flat.nprobe is None and flat.dim == 32 and flat.is_trained
     with pytest.raises(dentate.InvalidParameterError):

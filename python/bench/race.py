@@ -231,27 +231,36 @@ def binding_cost(race: Race, winner: Row) -> None:
         else (lambda: dentate.IvfPqIndex(d, winner["nlist"], winner["m"], opq=winner["opq"]))
     index, _ = race.dentate_build(make)
     p, r = winner["nprobe"], winner["rerank"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "winner.dnt"
-        index.save(path)
-        d_dir = Path(a.dir)
-        cmd = [a.cli, "bench", "--load", str(path), "--base", str(d_dir / "base.fvecs"), "--queries", str(d_dir / "queries.fvecs"),
-               "--gt", str(d_dir / "gt.ivecs"), "--k", "10", "--threads", str(a.threads), "--nprobe", str(p), "--rerank", str(r), "--json"]
-        py_qps, cli_qps = [], []
-        for rep in range(6):
-            def py() -> None:
-                _, q = timed(lambda: index.search(race.queries, 10, nprobe=p, rerank=r)[1], len(race.queries))
+    exact = dentate.FlatIndex(d)
+    exact.add(race.base)
+    d_dir = Path(a.dir)
+    for label, idx, params in (
+        (f"{winner['index']} nlist {winner['nlist']} m {winner['m']} opq {winner['opq']}, nprobe {p}, rerank {r}", index, ["--nprobe", str(p), "--rerank", str(r)]),
+        ("exact (FlatIndex, f32)", exact, []),
+    ):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "index.dnt"
+            idx.save(path)
+            cmd = [a.cli, "bench", "--load", str(path), "--base", str(d_dir / "base.fvecs"), "--queries", str(d_dir / "queries.fvecs"),
+                   "--gt", str(d_dir / "gt.ivecs"), "--k", "10", "--threads", str(a.threads), *params, "--json"]
+            py_qps: list[float] = []
+            cli_qps: list[float] = []
+
+            def py(idx: dentate.Index = idx) -> None:
+                kw = {"nprobe": p, "rerank": r} if idx.kind != "flat" else {}
+                _, q = timed(lambda: idx.search(race.queries, 10, **kw)[1], len(race.queries))
                 py_qps.append(q)
 
-            def cli() -> None:
+            def cli(cmd: list[str] = cmd) -> None:
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 cli_qps.append(max(json.loads(line)["qps"] for line in out.splitlines() if line.startswith("{")))
 
-            for f in ((py, cli) if rep % 2 == 0 else (cli, py)):
-                f()
-    print(f"\nbinding at batch {len(race.queries)} (index {winner['index']} nlist {winner['nlist']} m {winner['m']} opq {winner['opq']}, nprobe {p}, rerank {r}; 6 alternating rounds, best of each):")
-    print(f"  Python QPS {max(py_qps):,.0f}  CLI QPS {max(cli_qps):,.0f}  Python / CLI = {max(py_qps) / max(cli_qps):.3f}")
-    print(f"  medians: Python {np.median(py_qps):,.0f}  CLI {np.median(cli_qps):,.0f}  ratio {np.median(py_qps) / np.median(cli_qps):.3f}")
+            for rep in range(6):
+                for f in ((py, cli) if rep % 2 == 0 else (cli, py)):
+                    f()
+        print(f"\nbinding at batch {len(race.queries)}, {label}; the same index file, 6 alternating rounds:")
+        print(f"  best: Python {max(py_qps):,.0f}  CLI {max(cli_qps):,.0f}  Python / CLI = {max(py_qps) / max(cli_qps):.3f}")
+        print(f"  median: Python {np.median(py_qps):,.0f}  CLI {np.median(cli_qps):,.0f}  Python / CLI = {np.median(py_qps) / np.median(cli_qps):.3f}")
 
     def per_call(f: Callable[[int], object], n: int) -> float:
         for i in range(min(n, 50)):

@@ -98,30 +98,39 @@ fn check_dim(dim: i64) -> PyResult<usize> {
     }
 }
 
+/// The IVF index both IVF constructors build: the Python arguments checked
+/// (negative sizes refused), `config(nlist, m)` the kind's base settings,
+/// then the options.
 #[allow(clippy::too_many_arguments)]
-fn ivf_config(
-    mut cfg: IvfPqConfig,
+fn ivf_index(
+    dim: i64,
+    nlist: i64,
+    m: i64,
+    config: fn(usize, usize) -> IvfPqConfig,
     opq: bool,
-    nprobe: Option<usize>,
-    rerank: Option<usize>,
-    iterations: Option<usize>,
+    nprobe: Option<i64>,
+    rerank: Option<i64>,
+    iterations: Option<i64>,
     seed: Option<u64>,
-) -> IvfPqConfig {
-    cfg = cfg.opq(opq);
-    if let Some(n) = nprobe {
+) -> PyResult<PyClassInitializer<PyIndex>> {
+    let dim = check_dim(dim)?;
+    let mut cfg = config(size(nlist, "nlist")?, size(m, "m")?).opq(opq);
+    let opt = |v: Option<i64>, name: &str| v.map(|v| size(v, name)).transpose();
+    if let Some(n) = opt(nprobe, "nprobe")? {
         cfg.nprobe = n;
     }
-    if let Some(r) = rerank {
+    if let Some(r) = opt(rerank, "rerank")? {
         cfg.rerank = r;
     }
-    if let Some(it) = iterations {
+    if let Some(it) = opt(iterations, "iterations")? {
         cfg.kmeans_iterations = it;
         cfg.pq_iterations = it;
     }
     if let Some(s) = seed {
         cfg.seed = s;
     }
-    cfg
+    let i = IvfPqIndex::new(dim, cfg).map_err(core)?;
+    Ok(PyClassInitializer::from(PyIndex::wrap(AnyIndex::IvfPq(i))))
 }
 
 #[pymethods]
@@ -427,17 +436,8 @@ impl PyIvfPqIndex {
         iterations: Option<i64>,
         seed: Option<u64>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let dim = check_dim(dim)?;
-        let (nlist, m) = (size(nlist, "nlist")?, size(m, "m")?);
-        let opt = |v: Option<i64>, name: &str| v.map(|v| size(v, name)).transpose();
-        let (nprobe, rerank, iterations) = (
-            opt(nprobe, "nprobe")?,
-            opt(rerank, "rerank")?,
-            opt(iterations, "iterations")?,
-        );
-        let cfg = ivf_config(IvfPqConfig::new(nlist, m), opq, nprobe, rerank, iterations, seed);
-        let i = IvfPqIndex::new(dim, cfg).map_err(core)?;
-        Ok(PyClassInitializer::from(PyIndex::wrap(AnyIndex::IvfPq(i))).add_subclass(PyIvfPqIndex))
+        let base = ivf_index(dim, nlist, m, IvfPqConfig::new, opq, nprobe, rerank, iterations, seed)?;
+        Ok(base.add_subclass(PyIvfPqIndex))
     }
 
     /// Loads a file that must hold an 8-bit IVF-PQ index.
@@ -470,22 +470,13 @@ impl PyFastScanIndex {
         iterations: Option<i64>,
         seed: Option<u64>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let dim = check_dim(dim)?;
-        let (nlist, m) = (size(nlist, "nlist")?, size(m, "m")?);
-        let opt = |v: Option<i64>, name: &str| v.map(|v| size(v, name)).transpose();
-        let (nprobe, rerank, iterations) = (
-            opt(nprobe, "nprobe")?,
-            opt(rerank, "rerank")?,
-            opt(iterations, "iterations")?,
-        );
-        let base = if nlist == 1 {
-            IvfPqConfig::flat_fastscan(m)
-        } else {
-            IvfPqConfig::fastscan(nlist, m)
+        // nlist 1: one list, every code scanned.
+        let config = |nlist, m| match nlist {
+            1 => IvfPqConfig::flat_fastscan(m),
+            _ => IvfPqConfig::fastscan(nlist, m),
         };
-        let cfg = ivf_config(base, opq, nprobe, rerank, iterations, seed);
-        let i = IvfPqIndex::new(dim, cfg).map_err(core)?;
-        Ok(PyClassInitializer::from(PyIndex::wrap(AnyIndex::IvfPq(i))).add_subclass(PyFastScanIndex))
+        let base = ivf_index(dim, nlist, m, config, opq, nprobe, rerank, iterations, seed)?;
+        Ok(base.add_subclass(PyFastScanIndex))
     }
 
     /// Loads a file that must hold a fast-scan index.

@@ -10,6 +10,12 @@
 //! `DENTATE_GPU_BENCH_N` (base rows; default 100,000 under `cargo bench`,
 //! 5,000 for the single smoke pass `cargo test --all-targets` makes).
 //!
+//! After each GPU case, five more calls (one in the smoke pass) run with every dispatch timed by
+//! timestamp queries (where the adapter has them): the device time per
+//! call, per kernel, is printed beside the whole call's wall time, so what
+//! the device spends and what the host adds (uploads, waits, read-back)
+//! are told apart.
+//!
 //! A GPU case that ran any call on the CPU fallback is not a GPU number:
 //! each group asserts that the GPU backend's `fallbacks()` stayed at zero
 //! (after the warm-up call, before timing, and after timing), and the run
@@ -19,7 +25,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use dentate::Panels;
 use dentate::data::{SynthConfig, clustered};
 use dentate::gpu::{GpuCompute, GpuOptions};
-use dentate::{BaseRef, Compute, CpuCompute};
+use dentate::{BaseRef, Compute, CpuCompute, PointsRef};
 use dentate::{Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Metric, Precision};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -36,6 +42,19 @@ fn n() -> usize {
         } else {
             5_000
         })
+}
+
+/// `group` passes the command line's filter (criterion's, read here as
+/// `|`-separated substrings), or there is none.
+fn selected(group: &str) -> bool {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    filters.is_empty() || filters.iter().any(|f| f.split('|').any(|p| group.contains(p)))
+}
+
+/// Timed calls per device-time measurement: 5 under `cargo bench`, 1 in
+/// the smoke pass.
+fn reps() -> usize {
+    if std::env::args().any(|a| a == "--bench") { 5 } else { 1 }
 }
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
@@ -68,6 +87,52 @@ impl Backend {
                 "{group}: {n} call(s) of the GPU case fell back to the CPU; its timing is not a GPU number"
             );
         }
+    }
+}
+
+impl Backend {
+    /// For the GPU, after a group's criterion run: `reps` more calls with
+    /// every dispatch timed by timestamp queries, printed as device time
+    /// per call (per kernel, and the span from first dispatch to last)
+    /// beside the whole call's wall time. Nothing for the CPU, or where the
+    /// adapter has no timestamp queries (said so).
+    fn device_time<T>(&self, group: &str, reps: usize, mut call: impl FnMut() -> T) {
+        let Some(g) = &self.gpu else { return };
+        if !selected(group) {
+            return;
+        }
+        if !g.start_timing() {
+            eprintln!("{group}: device time not measured (the adapter has no timestamp queries)");
+            return;
+        }
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            black_box(call());
+        }
+        let wall = t.elapsed().as_secs_f64() / reps as f64;
+        let Some(times) = g.stop_timing() else { return };
+        let per = |s: f64| s / reps as f64 * 1e3;
+        let kernels: Vec<String> = times
+            .kernels
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {:.3} ms ({} dispatches)",
+                    k.kernel,
+                    per(k.seconds),
+                    k.dispatches / reps as u64
+                )
+            })
+            .collect();
+        eprintln!(
+            "{group}: device time per call {:.3} ms (span {:.3} ms; {}), whole call {:.3} ms, untimed dispatches {}",
+            per(times.total_s()),
+            per(times.span_s),
+            kernels.join(", "),
+            wall * 1e3,
+            times.untimed
+        );
+        self.assert_no_fallback(group);
     }
 }
 
@@ -119,6 +184,7 @@ fn exact(c: &mut Criterion) {
             bench.iter(|| black_box(b.top_k(black_box(&queries), base_ref, 10)))
         });
         be.assert_no_fallback("backend_exact_top10");
+        be.device_time("backend_exact_top10", reps(), || b.top_k(&queries, base_ref, 10));
     }
     g.finish();
 }
@@ -133,16 +199,22 @@ fn kmeans_step(c: &mut Criterion) {
     g.throughput(Throughput::Elements(np as u64));
     for be in backends() {
         let b = &be.compute;
-        let (assign, _) = b.assign(&points, &centroids, Metric::Cosine);
-        black_box(b.cluster_sums(&points, DIM, &assign, k));
+        // One training's points: the warm-up step puts them on the device,
+        // the timed steps are a training's later iterations.
+        let pts = PointsRef {
+            rows: &points,
+            dim: DIM,
+            uid: dentate::views::new_uid(),
+        };
+        black_box(b.kmeans_step(pts, &centroids, Metric::Cosine));
         be.assert_no_fallback("backend_kmeans_step (warm-up)");
         g.bench_function(BenchmarkId::new(format!("{np}x384_k{k}"), &be.name), |bench| {
-            bench.iter(|| {
-                let (assign, _) = b.assign(black_box(&points), &centroids, Metric::Cosine);
-                black_box(b.cluster_sums(&points, DIM, &assign, k))
-            })
+            bench.iter(|| black_box(b.kmeans_step(black_box(pts), &centroids, Metric::Cosine)))
         });
         be.assert_no_fallback("backend_kmeans_step");
+        be.device_time("backend_kmeans_step", reps(), || {
+            b.kmeans_step(pts, &centroids, Metric::Cosine)
+        });
     }
     g.finish();
 }
@@ -178,6 +250,7 @@ fn ivf(c: &mut Criterion) {
                 bench.iter(|| black_box(i.search_with(black_box(&queries), 10, p).expect("search")))
             });
             be.assert_no_fallback(group);
+            be.device_time(group, reps(), || i.search_with(&queries, 10, p).expect("search"));
         }
         g.finish();
     }

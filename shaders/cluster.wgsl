@@ -1,12 +1,13 @@
 // k-means centroid update and the pairwise distances of the silhouette
-// score. (Assignment is the top-1 search of topk.wgsl with a per-centroid
-// bias: zero for cosine, −‖c‖²/2 for L2.)
+// score. (Assignment is topk.wgsl's `gemm` against the centroids, with a
+// per-centroid bias — zero for cosine, −‖c‖²/2 for L2 — then `best_col`.)
 
 struct SumParams {
     n: u32,
     d: u32,
     k: u32,
-    _p: u32,
+    // floats from one point to the next (d, or d padded to whole vec4s)
+    stride: u32,
 }
 
 @group(0) @binding(0) var<uniform> SP: SumParams;
@@ -33,7 +34,7 @@ fn cluster_sums(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id)
     var s = sums[c * SP.d + j];
     let end = offsets[c + 1u];
     for (var i = offsets[c]; i < end; i += 1u) {
-        s += points[order[i] * SP.d + j];
+        s += points[order[i] * SP.stride + j];
     }
     sums[c * SP.d + j] = s;
 }

@@ -297,13 +297,19 @@ fn fastscan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg:
     write_list(&top, ((P.q0 + q) * WG + li) * K);
 }
 
-// Folding the scans' per-thread lists: thread (g, q) merges lists
-// g·FAN_IN .. g·FAN_IN+FAN_IN of query q (each K slots, sorted, NONE rows
-// last) into output list g by insertion into a K-slot list of positions.
-// A list is left at its first entry that cannot enter the current top-K.
+// Folding the scans' per-thread lists: workgroup (g, q) merges the FAN_IN
+// lists g·FAN_IN .. of query q (each K slots, sorted, NONE rows last) into
+// output list g by rank: an entry's place in the merged order is its place
+// in its own list plus, for every other list, how many of that list's
+// entries rank before it (a binary search, the lists being sorted). The
+// order is total (equal candidates by input index), so ranks are distinct;
+// an entry ranked below K is written at its rank.
+// Every thread works, and only two barriers are needed (the per-thread
+// insertion lists this replaced left the last passes to a few threads).
 // (Exact search, whose lists carry lengths and have no K bound, merges by
 // merge path in topk.wgsl instead.)
 const FAN_IN: u32 = 16u;
+const FE: u32 = FAN_IN * K;
 
 struct FoldParams {
     in_lists: u32,
@@ -316,50 +322,112 @@ struct FoldParams {
 @group(0) @binding(21) var<storage, read> fold_in: array<Cand>;
 @group(0) @binding(22) var<storage, read_write> fold_out: array<Cand>;
 
-// `c` before the input entry at position `at` (NONE: an empty slot).
-fn fold_better(c: Cand, at: u32) -> bool {
-    if at == NONE {
-        return c.row != NONE;
+var<workgroup> fold_s: array<f32, FE>;
+var<workgroup> fold_i: array<u32, FE>;
+var<workgroup> fold_len: array<u32, FAN_IN>;
+
+// Entry a (score, input index) ranks before entry b: `better`, reading the
+// ids from the input only when the scores tie; the same candidate twice (a
+// re-rank may list a row twice) by input index, so the order is total.
+fn fold_before(sa: f32, ia: u32, sb: f32, ib: u32) -> bool {
+    if ib == NONE {
+        return ia != NONE;
     }
-    return better(c, fold_in[at]);
+    if ia == NONE {
+        return false;
+    }
+    if sa != sb {
+        return sa > sb;
+    }
+    let ca = fold_in[ia];
+    let cb = fold_in[ib];
+    if better(ca, cb) {
+        return true;
+    }
+    if better(cb, ca) {
+        return false;
+    }
+    return ia < ib;
 }
 
-@compute @workgroup_size(64)
-fn fold(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let g = gid.x;
-    let q = gid.y;
-    if g >= FP.out_lists || q >= FP.nq {
+@compute @workgroup_size(256)
+fn fold(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let g = wg.x;
+    let q = wg.y;
+    let live = g < FP.out_lists && q < FP.nq;
+    let l0 = g * FAN_IN;
+    let l_end = min(l0 + FAN_IN, FP.in_lists);
+    for (var e = li; e < FE; e += 256u) {
+        let l = l0 + e / K;
+        var s = NEG;
+        var i = NONE;
+        if live && l < l_end {
+            let at = (q * FP.in_lists + l) * K + e % K;
+            let c = fold_in[at];
+            if c.row != NONE {
+                s = c.s;
+                i = at;
+            }
+        }
+        fold_s[e] = s;
+        fold_i[e] = i;
+    }
+    workgroupBarrier();
+    // Each list's length: its entries are a prefix.
+    if li < FAN_IN {
+        var lo = 0u;
+        var hi = K;
+        while lo < hi {
+            let mid = (lo + hi) / 2u;
+            if fold_i[li * K + mid] != NONE {
+                lo = mid + 1u;
+            } else {
+                hi = mid;
+            }
+        }
+        fold_len[li] = lo;
+    }
+    workgroupBarrier();
+    if !live {
         return;
     }
-    var top: array<u32, K>;
-    for (var i = 0u; i < K; i += 1u) {
-        top[i] = NONE;
-    }
-    let l_end = min((g + 1u) * FAN_IN, FP.in_lists);
-    for (var l = g * FAN_IN; l < l_end; l += 1u) {
-        let b = (q * FP.in_lists + l) * K;
-        for (var e = 0u; e < K; e += 1u) {
-            let c = fold_in[b + e];
-            if !fold_better(c, top[K - 1u]) {
-                break;
-            }
-            var i = K - 1u;
-            loop {
-                if i == 0u || !fold_better(c, top[i - 1u]) {
-                    break;
-                }
-                top[i] = top[i - 1u];
-                i -= 1u;
-            }
-            top[i] = b + e;
-        }
+    var total = 0u;
+    for (var m = 0u; m < FAN_IN; m += 1u) {
+        total += fold_len[m];
     }
     let o = (q * FP.out_lists + g) * K;
-    for (var i = 0u; i < K; i += 1u) {
-        if top[i] == NONE {
-            fold_out[o + i] = Cand(NEG, NONE, 0u, 0u);
-        } else {
-            fold_out[o + i] = fold_in[top[i]];
+    for (var e = li; e < FE; e += 256u) {
+        let l = e / K;
+        let p = e % K;
+        if p >= fold_len[l] {
+            continue;
         }
+        let se = fold_s[e];
+        let ie = fold_i[e];
+        var rank = p;
+        for (var m = 0u; m < FAN_IN && rank < K; m += 1u) {
+            if m == l {
+                continue;
+            }
+            // Entries of list m before e: a prefix of it.
+            var lo = 0u;
+            var hi = fold_len[m];
+            while lo < hi {
+                let mid = (lo + hi) / 2u;
+                let at = m * K + mid;
+                if fold_before(fold_s[at], fold_i[at], se, ie) {
+                    lo = mid + 1u;
+                } else {
+                    hi = mid;
+                }
+            }
+            rank += lo;
+        }
+        if rank < K {
+            fold_out[o + rank] = fold_in[ie];
+        }
+    }
+    for (var r = total + li; r < K; r += 256u) {
+        fold_out[o + r] = Cand(NEG, NONE, 0u, 0u);
     }
 }

@@ -45,7 +45,8 @@ struct Params {
     // rows of the block
     blk_rows: u32,
     nq: u32,
-    _q: u32,
+    // first query of the dispatch in the query buffer
+    q0: u32,
     // floats per query row of the output
     stride: u32,
     // output column of the block's first row
@@ -55,7 +56,8 @@ struct Params {
     row0: u32,
     // lists per query in the partial buffer, K
     lists: u32,
-    _l: u32,
+    // `best_col`: output slot of the dispatch's first query
+    a0: u32,
     k: u32,
     _p0: u32,
     _p1: u32,
@@ -133,7 +135,7 @@ fn stage(li: u32, k0: u32, p0: u32, tq0: u32) {
             let jc = j % 4u;
             for (var e = 0u; e < 4u; e += 1u) {
                 if tq0 + q4 + e < P.nq {
-                    x[e] = queries[(tq0 + q4 + e) * P.dp4 + jv][jc];
+                    x[e] = queries[(P.q0 + tq0 + q4 + e) * P.dp4 + jv][jc];
                 }
             }
         }
@@ -220,6 +222,56 @@ fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
         emit(q + 2u, r + 64u, c5);
         emit(q + 3u, r, c6);
         emit(q + 3u, r + 64u, c7);
+    }
+}
+
+@group(0) @binding(17) var<storage, read_write> assigned: array<vec2<u32>>;
+var<workgroup> best_s: array<f32, 64>;
+var<workgroup> best_c: array<u32, 64>;
+
+// (s1, c1) beats (s2, c2): higher score, then smaller column; NONE last.
+fn col_before(s1: f32, c1: u32, s2: f32, c2: u32) -> bool {
+    if c2 == NONE {
+        return c1 != NONE;
+    }
+    if c1 == NONE {
+        return false;
+    }
+    return s1 > s2 || (s1 == s2 && c1 < c2);
+}
+
+// k-means assignment: the best column of query wg.x's row of `out_mat`
+// (`stride` scores, from `gemm` with the L2 bias where there is one), as
+// (column, score bits) in `assigned[a0 + wg.x]`. Ties go to the smaller
+// column, as top-1 breaks them by smaller id. 64 threads stride the row
+// (coalesced), then fold their bests in workgroup memory.
+@compute @workgroup_size(64)
+fn best_col(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    var bs = 0.0;
+    var bc = NONE;
+    if q < P.nq {
+        let row = q * P.stride;
+        for (var c = li; c < P.stride; c += 64u) {
+            let v = out_mat[row + c];
+            if bc == NONE || v > bs {
+                bs = v;
+                bc = c;
+            }
+        }
+    }
+    best_s[li] = bs;
+    best_c[li] = bc;
+    workgroupBarrier();
+    for (var w = 32u; w > 0u; w /= 2u) {
+        if li < w && col_before(best_s[li + w], best_c[li + w], best_s[li], best_c[li]) {
+            best_s[li] = best_s[li + w];
+            best_c[li] = best_c[li + w];
+        }
+        workgroupBarrier();
+    }
+    if li == 0u && q < P.nq {
+        assigned[P.a0 + q] = vec2<u32>(best_c[0], bitcast<u32>(best_s[0]));
     }
 }
 

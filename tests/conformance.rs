@@ -20,7 +20,7 @@ use dentate::rng::Rng;
 use dentate::{BaseRef, Compute, CpuCompute};
 use dentate::{
     Bitset, Cand, FlatIndex, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, KMeans, KMeansConfig, Metric,
-    Precision, SalienceParams, StoreRef, silhouette,
+    PointsRef, Precision, SalienceParams, StoreRef, silhouette,
 };
 use dentate::{Panels, RowMajor};
 use std::sync::{Arc, OnceLock};
@@ -247,6 +247,49 @@ mod cases {
             g.assign(&data, backend.as_ref()).unwrap(),
             w.assign(&data, &reference()).unwrap()
         );
+    }
+
+    /// The fused k-means step against the reference's assign + sums, both
+    /// metrics, on a dimension that is no multiple of 4; repeated steps
+    /// under one uid (the GPU keeps the points), then other points under a
+    /// new uid and the same shape (a kept copy must not answer for them),
+    /// and points without an identity.
+    pub fn kmeans_step(backend: Arc<dyn Compute>) {
+        let dim = 22;
+        let first = common::gaussian(1_700, dim, 40);
+        let second = common::gaussian(1_700, dim, 41);
+        let centroids = common::gaussian(29, dim, 42);
+        let panels = Panels::from_rows(&centroids, dim, Precision::F32);
+        let uid = dentate::views::new_uid();
+        let cases = [
+            (&first, uid),
+            (&first, uid),
+            (&second, dentate::views::new_uid()),
+            (&first, 0),
+        ];
+        for metric in [Metric::L2, Metric::Cosine] {
+            for (i, (rows, uid)) in cases.iter().enumerate() {
+                let points = PointsRef { rows, dim, uid: *uid };
+                let got = backend.kmeans_step(points, &panels, metric);
+                let (wa, ws) = reference().assign(rows, &panels, metric);
+                let (wsum, wc) = reference().cluster_sums(rows, dim, &wa, 29);
+                assert_eq!(got.assign, wa, "{metric:?} case {i}: assignments");
+                assert_eq!(got.counts, wc, "{metric:?} case {i}: counts");
+                assert_eq!(got.counts.iter().sum::<u32>(), 1_700);
+                for (a, b) in got.scores.iter().zip(&ws) {
+                    assert!(
+                        (a - b).abs() <= 1e-3 * b.abs().max(1.0),
+                        "{metric:?} case {i}: score {a} vs {b}"
+                    );
+                }
+                for (a, b) in got.sums.iter().zip(&wsum) {
+                    assert!(
+                        (a - b).abs() <= 1e-3 * b.abs().max(1.0),
+                        "{metric:?} case {i}: sum {a} vs {b}"
+                    );
+                }
+            }
+        }
     }
 
     /// Pairwise distance sums and the silhouette score, both metrics.
@@ -529,6 +572,10 @@ macro_rules! conformance {
                 run(cases::kmeans)
             }
             #[test]
+            fn kmeans_step() {
+                run(cases::kmeans_step)
+            }
+            #[test]
             fn silhouette_scores() {
                 run(cases::silhouette_scores)
             }
@@ -576,18 +623,19 @@ conformance!(gpu_vulkan, as_dyn(gpu()), gpu_ran_everything);
 /// and query batches into many chunks on small data.
 mod gpu_chunked {
     use super::*;
-    fn chunked() -> Option<Arc<dyn Compute>> {
+    fn chunked_gpu() -> Option<Arc<GpuCompute>> {
         static G: OnceLock<Option<Arc<GpuCompute>>> = OnceLock::new();
-        as_dyn(
-            G.get_or_init(|| {
-                open_gpu(GpuOptions {
-                    allow_software: true,
-                    binding_limit: Some(64 << 10),
-                    ..GpuOptions::default()
-                })
+        G.get_or_init(|| {
+            open_gpu(GpuOptions {
+                allow_software: true,
+                binding_limit: Some(64 << 10),
+                ..GpuOptions::default()
             })
-            .clone(),
-        )
+        })
+        .clone()
+    }
+    fn chunked() -> Option<Arc<dyn Compute>> {
+        as_dyn(chunked_gpu())
     }
     #[test]
     fn exact_top_k() {
@@ -600,6 +648,20 @@ mod gpu_chunked {
         if let Some(b) = chunked() {
             cases::kmeans(b);
         }
+    }
+    /// Points in many chunks, every step on the device (a separate
+    /// backend: the other chunked cases may fall back by design).
+    #[test]
+    fn kmeans_step() {
+        let Some(g) = open_gpu(GpuOptions {
+            allow_software: true,
+            binding_limit: Some(16 << 10),
+            ..GpuOptions::default()
+        }) else {
+            return;
+        };
+        cases::kmeans_step(g.clone());
+        assert_eq!(g.fallbacks(), 0, "a k-means step fell back to the CPU");
     }
     #[test]
     fn rerank() {

@@ -17,7 +17,7 @@ use crate::layout::Panels;
 use crate::salience::SalienceParams;
 use crate::topk::Cand;
 use crate::vector::Bitset;
-use crate::views::{BaseRef, IvfParts, IvfPlan, StoreRef};
+use crate::views::{BaseRef, IvfParts, IvfPlan, PointsRef, StoreRef};
 
 /// Distance used by clustering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,36 @@ pub enum Metric {
     Cosine,
     /// Euclidean distance.
     L2,
+}
+
+/// One k-means step: every point's nearest centroid and its score (as
+/// [`Compute::assign`]), and the per-cluster sums and counts of the points
+/// under that assignment (as [`Compute::cluster_sums`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KMeansStep {
+    /// Nearest centroid of each point.
+    pub assign: Vec<u32>,
+    /// Its score (cosine similarity, or for L2 `<x, c> − ‖c‖²/2`).
+    pub scores: Vec<f32>,
+    /// Per-cluster sums of the points, `k × dim` row-major.
+    pub sums: Vec<f32>,
+    /// Points per cluster.
+    pub counts: Vec<u32>,
+}
+
+/// [`Compute::kmeans_step`] as [`Compute::assign`] then
+/// [`Compute::cluster_sums`] (the provided implementation).
+fn step_by_parts(
+    (assign, scores): (Vec<u32>, Vec<f32>),
+    sums_of: impl FnOnce(&[u32]) -> (Vec<f32>, Vec<u32>),
+) -> KMeansStep {
+    let (sums, counts) = sums_of(&assign);
+    KMeansStep {
+        assign,
+        scores,
+        sums,
+        counts,
+    }
 }
 
 /// Every hot kernel of the engine. See the module documentation.
@@ -57,6 +87,17 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
 
     /// Per-cluster sums of the points and counts (k-means update step).
     fn cluster_sums(&self, points: &[f32], dim: usize, assign: &[u32], k: usize) -> (Vec<f32>, Vec<u32>);
+
+    /// One k-means step over `points` against `centroids` (`k` = their
+    /// number): the assignment and the sums under it. Training calls this
+    /// once per iteration with the same `points.uid`, so a backend may keep
+    /// the points on its device for the whole training (the GPU does);
+    /// provided as [`Compute::assign`] then [`Compute::cluster_sums`].
+    fn kmeans_step(&self, points: PointsRef<'_>, centroids: &Panels, metric: Metric) -> KMeansStep {
+        step_by_parts(self.assign(points.rows, centroids, metric), |a| {
+            self.cluster_sums(points.rows, points.dim, a, centroids.len())
+        })
+    }
 
     /// `out[i * k + c]` = sum of distances from point `i` to every point of
     /// cluster `c` (the self-distance is 0): the input of the silhouette score.
@@ -120,6 +161,20 @@ pub trait AsyncCompute {
         };
         best_of_each(self.top_k_async(points, base, 1).await)
     }
+    /// [`Compute::kmeans_step`] (provided: [`AsyncCompute::assign_async`]
+    /// then [`AsyncCompute::cluster_sums_async`]).
+    async fn kmeans_step_async(&self, points: PointsRef<'_>, centroids: &Panels, metric: Metric) -> KMeansStep {
+        let (assign, scores) = self.assign_async(points.rows, centroids, metric).await;
+        let (sums, counts) = self
+            .cluster_sums_async(points.rows, points.dim, &assign, centroids.len())
+            .await;
+        KMeansStep {
+            assign,
+            scores,
+            sums,
+            counts,
+        }
+    }
     /// [`Compute::matmul_nt`].
     async fn matmul_nt_async(&self, a: &[f32], b: &Panels) -> Vec<f32>;
     /// [`Compute::cluster_sums`].
@@ -177,8 +232,9 @@ fn best_of_each(lists: Vec<Vec<Cand>>) -> (Vec<u32>, Vec<f32>) {
 }
 
 /// The per-centroid bias that turns inner-product argmax into nearest by
-/// L2 (`-‖c‖²/2`); `None` for cosine.
-pub(crate) fn l2_bias(centroids: &Panels, metric: Metric) -> Option<Vec<f32>> {
+/// L2 (`-‖c‖²/2`); `None` for cosine. Every backend's assignment adds
+/// exactly these values.
+pub fn l2_bias(centroids: &Panels, metric: Metric) -> Option<Vec<f32>> {
     match metric {
         Metric::Cosine => None,
         Metric::L2 => Some(

@@ -1,11 +1,12 @@
 //! k-means clustering (Lloyd), spherical mode for cosine, silhouette score
 //! and choosing k by silhouette.
 
-use crate::compute::{Compute, Metric};
+use crate::compute::{Compute, KMeansStep, Metric};
 use crate::error::{Error, Result};
 use crate::layout::Panels;
 use crate::rng::Rng;
 use crate::vector::{Precision, batch_len};
+use crate::views::{PointsRef, new_uid};
 
 /// How initial centroids are picked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -162,10 +163,18 @@ impl KMeans {
         let mut objective = 0.0;
         let mut iterations = 0;
         let mut sizes = vec![0u32; cfg.k];
+        // One identity for the whole training: a GPU keeps the points.
+        let points = PointsRef {
+            rows: pts,
+            dim,
+            uid: new_uid(),
+        };
         for it in 0..cfg.max_iter.max(1) {
             iterations = it + 1;
             let panels = Panels::from_rows(&centroids, dim, Precision::F32);
-            let (assign, scores) = compute.assign(pts, &panels, metric);
+            let KMeansStep {
+                scores, sums, counts, ..
+            } = compute.kmeans_step(points, &panels, metric);
             // Objective as a loss (lower is better) for the convergence test.
             let loss: f64 = match metric {
                 Metric::Cosine => scores.iter().map(|&s| 1.0 - s as f64).sum(),
@@ -179,7 +188,6 @@ impl KMeans {
                 Metric::Cosine => 1.0 - loss / n as f64,
                 Metric::L2 => loss / n as f64,
             };
-            let (sums, counts) = compute.cluster_sums(pts, dim, &assign, cfg.k);
             sizes = counts.clone();
             centroids = sums;
             for (c, &cnt) in counts.iter().enumerate() {

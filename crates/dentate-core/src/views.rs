@@ -156,6 +156,33 @@ impl IvfPlan {
     }
 }
 
+/// The points of one k-means training, with the identity a backend keeps a
+/// device copy under for the whole training: every step of one training
+/// passes the same `uid` and the same rows, so the points cross the bus
+/// once. A `uid` promises its rows never change; a new sample takes a new
+/// [`new_uid`] (or 0: no identity, nothing kept).
+#[derive(Debug, Clone, Copy)]
+pub struct PointsRef<'a> {
+    /// Row-major points, `rows.len() / dim` of them.
+    pub rows: &'a [f32],
+    /// Dimension of each point.
+    pub dim: usize,
+    /// Identity of these rows for backend caches (0: none).
+    pub uid: u64,
+}
+
+impl PointsRef<'_> {
+    /// Number of points.
+    pub fn len(&self) -> usize {
+        self.rows.len() / self.dim.max(1)
+    }
+
+    /// No points.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh storage identity for [`BaseRef::uid`] (and the other views').

@@ -12,7 +12,7 @@
 //! time) or the GPU's exact ids differ from the CPU's.
 use dentate_core::data::{SynthConfig, clustered};
 use dentate_core::{BaseRef, Compute, CpuCompute, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams};
-use dentate_core::{Metric, Panels, Precision};
+use dentate_core::{Metric, Panels, PointsRef, Precision};
 use dentate_gpu::{GpuCompute, GpuOptions};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -67,6 +67,47 @@ fn best<T>(reps: usize, mut f: impl FnMut() -> T) -> f64 {
             t.elapsed().as_secs_f64()
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// Device time per call of `reps` calls of `f`, from timestamp queries: a
+/// JSON fragment (`"device_s":…,"span_s":…,"kernels":{…}`, per call) and a
+/// line for the log; empty where the adapter has no timestamp queries.
+fn device<T>(gpu: &GpuCompute, reps: usize, mut f: impl FnMut() -> T) -> (String, String) {
+    if !gpu.start_timing() {
+        return (String::new(), "device time: no timestamp queries".into());
+    }
+    for _ in 0..reps {
+        std::hint::black_box(f());
+    }
+    let Some(t) = gpu.stop_timing() else {
+        return (String::new(), String::new());
+    };
+    let per = |s: f64| s / reps as f64;
+    let kernels: Vec<String> = t
+        .kernels
+        .iter()
+        .map(|k| format!("{}:{:.6}", json_str(&k.kernel), per(k.seconds)))
+        .collect();
+    let log: Vec<String> = t
+        .kernels
+        .iter()
+        .map(|k| format!("{} {:.2}", k.kernel, per(k.seconds) * 1e3))
+        .collect();
+    (
+        format!(
+            ",\"device_s\":{:.6},\"span_s\":{:.6},\"untimed\":{},\"kernels\":{{{}}}",
+            per(t.total_s()),
+            per(t.span_s),
+            t.untimed,
+            kernels.join(",")
+        ),
+        format!(
+            "device {:.2} ms (span {:.2}; {})",
+            per(t.total_s()) * 1e3,
+            per(t.span_s) * 1e3,
+            log.join(", ")
+        ),
+    )
 }
 
 fn json_str(s: &str) -> String {
@@ -155,11 +196,12 @@ fn main() {
             let tg = best(g_reps, || gpu.top_k(q, base_ref, k));
             let qc = if a.exact_only { &q[..nq.min(100) * d] } else { q };
             let tc = best(c_reps, || cpu.top_k(qc, base_ref, k)) * (nq as f64 / (qc.len() / d) as f64);
+            let (dev_json, dev_log) = device(&gpu, g_reps, || gpu.top_k(q, base_ref, k));
             let fell = gpu.fallbacks() - before;
             let agree = agreement(&gpu.top_k(qc, base_ref, k), &cpu.top_k(qc, base_ref, k));
             let flop = 2.0 * nq as f64 * n as f64 * d as f64;
             eprintln!(
-                "exact nq={nq} k={k}: gpu {:.2} ms ({:.1} TFLOP/s), cpu {:.2} ms, cpu/gpu {:.1}, agreement {agree:.4}, fallbacks {fell}",
+                "exact nq={nq} k={k}: gpu {:.2} ms ({:.1} TFLOP/s; {dev_log}), cpu {:.2} ms, cpu/gpu {:.1}, agreement {agree:.4}, fallbacks {fell}",
                 tg * 1e3,
                 flop / tg / 1e12,
                 tc * 1e3,
@@ -170,7 +212,7 @@ fn main() {
             }
             let _ = write!(
                 out,
-                "{}{{\"nq\":{nq},\"k\":{k},\"n\":{n},\"dim\":{d},\"gpu_s\":{tg:.6},\"cpu_s\":{tc:.6},\"gpu_tflops\":{:.3},\"cpu_tflops\":{:.3},\"agreement\":{agree:.5},\"fallbacks\":{fell}}}",
+                "{}{{\"nq\":{nq},\"k\":{k},\"n\":{n},\"dim\":{d},\"gpu_s\":{tg:.6},\"cpu_s\":{tc:.6},\"gpu_tflops\":{:.3},\"cpu_tflops\":{:.3},\"agreement\":{agree:.5},\"fallbacks\":{fell}{dev_json}}}",
                 if first { "" } else { "," },
                 flop / tg / 1e12,
                 flop / tc / 1e12
@@ -184,22 +226,32 @@ fn main() {
         return;
     }
 
-    // One k-means step: assignment and centroid sums.
+    // One k-means step (assignment and centroid sums) as a training takes
+    // it: the first step of a training uploads its points, the later ones
+    // find them on the device. Both are timed; the CPU's steps are all alike.
     let np = n.min(262_144);
     let kc = 1_024.min(np);
     let points = &base[..np * d];
     let centroids = Panels::from_rows(&points[..kc * d], d, Precision::F32);
     let before = gpu.fallbacks();
-    let step = |c: &dyn Compute| {
-        let (assign, _) = c.assign(points, &centroids, Metric::Cosine);
-        c.cluster_sums(points, d, &assign, kc)
+    let training = PointsRef {
+        rows: points,
+        dim: d,
+        uid: dentate_core::views::new_uid(),
     };
-    let tg = best(3, || step(gpu.as_ref()));
-    let tc = best(3, || step(cpu.as_ref()));
+    let t = Instant::now();
+    let first = gpu.kmeans_step(training, &centroids, Metric::Cosine);
+    let tfirst = t.elapsed().as_secs_f64();
+    let tg = best(3, || gpu.kmeans_step(training, &centroids, Metric::Cosine));
+    let tc = best(3, || cpu.kmeans_step(training, &centroids, Metric::Cosine));
+    let (dev_json, dev_log) = device(&gpu, 3, || gpu.kmeans_step(training, &centroids, Metric::Cosine));
     let fell = gpu.fallbacks() - before;
+    let want = cpu.kmeans_step(training, &centroids, Metric::Cosine);
+    let same = first.assign.iter().zip(&want.assign).filter(|(a, b)| a == b).count() as f64 / np as f64;
     eprintln!(
-        "k-means step {np} × {d}, k = {kc}: gpu {:.1} ms, cpu {:.1} ms, cpu/gpu {:.2}, fallbacks {fell}",
+        "k-means step {np} × {d}, k = {kc}: gpu {:.1} ms (first step of a training, upload included: {:.1} ms), cpu {:.1} ms, cpu/gpu {:.2}, same assignment {same:.5}, fallbacks {fell}; {dev_log}",
         tg * 1e3,
+        tfirst * 1e3,
         tc * 1e3,
         tc / tg
     );
@@ -208,7 +260,7 @@ fn main() {
     }
     let _ = write!(
         out,
-        ",\"kmeans_step\":{{\"points\":{np},\"dim\":{d},\"k\":{kc},\"gpu_s\":{tg:.6},\"cpu_s\":{tc:.6},\"fallbacks\":{fell}}}"
+        ",\"kmeans_step\":{{\"points\":{np},\"dim\":{d},\"k\":{kc},\"gpu_s\":{tg:.6},\"gpu_first_s\":{tfirst:.6},\"cpu_s\":{tc:.6},\"same_assignment\":{same:.6},\"fallbacks\":{fell}{dev_json}}}"
     );
 
     // IVF-PQ and fast-scan: recall@10 against the exact top-10 and time per
@@ -261,11 +313,12 @@ fn main() {
             let search = |i: &IvfPqIndex| i.search_with(qi, 10, p).unwrap_or_else(|e| fail(2, &format!("{e}")));
             let tg = best(3, || search(&on_gpu));
             let tc = best(3, || search(&idx));
+            let (dev_json, dev_log) = device(&gpu, 3, || search(&on_gpu));
             let fell = gpu.fallbacks() - before;
             let rg = dentate_core::data::recall_at_k(&search(&on_gpu), &truth, 10);
             let rc = dentate_core::data::recall_at_k(&search(&idx), &truth, 10);
             eprintln!(
-                "{name} nprobe {nprobe} rerank {rerank}: gpu {:.0} QPS (recall {rg:.4}), cpu {:.0} QPS (recall {rc:.4}), gpu/cpu QPS {:.2}, fallbacks {fell}",
+                "{name} nprobe {nprobe} rerank {rerank}: gpu {:.0} QPS (recall {rg:.4}; {dev_log}), cpu {:.0} QPS (recall {rc:.4}), gpu/cpu QPS {:.2}, fallbacks {fell}",
                 nqi as f64 / tg,
                 nqi as f64 / tc,
                 tc / tg
@@ -275,7 +328,7 @@ fn main() {
             }
             let _ = write!(
                 out,
-                "{}{{\"index\":{},\"n\":{ni},\"nlist\":{nlist},\"nprobe\":{nprobe},\"rerank\":{rerank},\"queries\":{nqi},\"gpu_qps\":{:.1},\"cpu_qps\":{:.1},\"gpu_recall\":{rg:.5},\"cpu_recall\":{rc:.5},\"fallbacks\":{fell}}}",
+                "{}{{\"index\":{},\"n\":{ni},\"nlist\":{nlist},\"nprobe\":{nprobe},\"rerank\":{rerank},\"queries\":{nqi},\"gpu_qps\":{:.1},\"cpu_qps\":{:.1},\"gpu_recall\":{rg:.5},\"cpu_recall\":{rc:.5},\"fallbacks\":{fell}{dev_json}}}",
                 if first { "" } else { "," },
                 json_str(name),
                 nqi as f64 / tg,

@@ -108,6 +108,68 @@ pub(crate) fn enumerate() -> Vec<wgpu::Adapter> {
     pollster::block_on(enumerate_async())
 }
 
+/// A compiled pipeline and the name of its entry point (what device
+/// timings are reported under).
+pub(crate) struct Kernel {
+    pipe: wgpu::ComputePipeline,
+    name: String,
+}
+
+impl std::ops::Deref for Kernel {
+    type Target = wgpu::ComputePipeline;
+    fn deref(&self) -> &wgpu::ComputePipeline {
+        &self.pipe
+    }
+}
+
+/// Device time of one kernel, from timestamp queries ([`Gpu::timings`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KernelTime {
+    /// Entry point (`gemm`, `segsel`, `merge`, `adc`, …).
+    pub kernel: String,
+    /// Dispatches timed.
+    pub dispatches: u64,
+    /// Device time of those dispatches, seconds.
+    pub seconds: f64,
+}
+
+/// What timestamp queries measured since timing started
+/// ([`crate::GpuCompute::start_timing`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceTimes {
+    /// Per kernel, in the order each first ran.
+    pub kernels: Vec<KernelTime>,
+    /// Summed over read-backs: from the first dispatch's start to the last
+    /// one's end (device busy or waiting between dispatches), seconds.
+    pub span_s: f64,
+    /// Dispatches left untimed (more than one read-back's worth of pairs).
+    pub untimed: u64,
+}
+
+impl DeviceTimes {
+    /// Device time of every timed dispatch, seconds.
+    pub fn total_s(&self) -> f64 {
+        self.kernels.iter().map(|k| k.seconds).sum()
+    }
+}
+
+/// Device timings: a timestamp pair around every dispatch, resolved at the
+/// next read-back.
+struct Timer {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    /// The kernel of each recorded pair, in query order.
+    pending: Vec<String>,
+    totals: Vec<KernelTime>,
+    /// From the first timestamp to the last of each read-back, summed.
+    span: f64,
+    /// Dispatches left untimed because the query set was full.
+    untimed: u64,
+}
+
+/// Timestamp pairs one read-back can hold.
+const TIMED_PASSES: u32 = 2048;
+
 /// A device and queue with its limits, and the compiled pipelines.
 pub(crate) struct Gpu {
     pub device: wgpu::Device,
@@ -118,7 +180,12 @@ pub(crate) struct Gpu {
     /// A lower cap on the bytes per binding than the adapter's (to exercise
     /// chunking on small data).
     pub binding_cap: Option<u64>,
-    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pipelines: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// Timestamp queries are available (`TIMESTAMP_QUERY`).
+    pub timestamps: bool,
+    timer: Mutex<Option<Timer>>,
+    /// Scratch buffers given back after use ([`Gpu::scratch`]).
+    pool: Mutex<Vec<wgpu::Buffer>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -133,11 +200,14 @@ impl Gpu {
         let report = AdapterReport::of(adapter);
         let f16 = report.shader_f16;
         let limits = adapter.limits();
-        let features = if f16 {
-            wgpu::Features::SHADER_F16
-        } else {
-            wgpu::Features::empty()
-        };
+        let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let mut features = wgpu::Features::empty();
+        if f16 {
+            features |= wgpu::Features::SHADER_F16;
+        }
+        if timestamps {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("dentate"),
@@ -158,6 +228,52 @@ impl Gpu {
             f16,
             binding_cap: None,
             pipelines: Mutex::new(HashMap::new()),
+            timestamps,
+            timer: Mutex::new(None),
+            pool: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Starts (or, with `false`, stops) timing every dispatch with
+    /// timestamp queries; false when the adapter has none. Starting clears
+    /// the totals.
+    pub fn set_timing(&self, on: bool) -> Result<bool> {
+        let mut timer = self.timer.lock().map_err(|_| GpuError::Poisoned)?;
+        if !on || !self.timestamps {
+            *timer = None;
+            return Ok(on && self.timestamps);
+        }
+        let set = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("dispatch times"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2 * TIMED_PASSES,
+        });
+        let resolve = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timestamps"),
+            size: 16 * u64::from(TIMED_PASSES),
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        *timer = Some(Timer {
+            set,
+            resolve,
+            pending: Vec::new(),
+            totals: Vec::new(),
+            span: 0.0,
+            untimed: 0,
+        });
+        Ok(true)
+    }
+
+    /// Device time per kernel since timing started, the summed span of the
+    /// read-backs (first timestamp to last), and the dispatches left
+    /// untimed; `None` when timing is off.
+    pub fn timings(&self) -> Option<DeviceTimes> {
+        let timer = self.timer.lock().ok()?;
+        timer.as_ref().map(|t| DeviceTimes {
+            kernels: t.totals.clone(),
+            span_s: t.span,
+            untimed: t.untimed,
         })
     }
 
@@ -197,7 +313,7 @@ impl Gpu {
         consts: &[(&str, String)],
         replace: &[(&str, String)],
         enable_f16: bool,
-    ) -> Result<Arc<wgpu::ComputePipeline>> {
+    ) -> Result<Arc<Kernel>> {
         let mut key = format!("{:p}/{entry}/{enable_f16}", source.as_ptr());
         for (k, v) in consts.iter().chain(replace) {
             key.push_str(&format!("/{k}={v}"));
@@ -233,7 +349,10 @@ impl Gpu {
         if let Some(e) = scope.pop().await {
             return Err(GpuError::Shader(format!("{entry}: {e}")));
         }
-        let p = Arc::new(pipeline);
+        let p = Arc::new(Kernel {
+            pipe: pipeline,
+            name: entry.to_string(),
+        });
         self.pipelines
             .lock()
             .map_err(|_| GpuError::Poisoned)?
@@ -258,6 +377,74 @@ impl Gpu {
             contents: &padded,
             usage,
         })
+    }
+
+    /// Writes `bytes` into `buf` at `offset` in slices of at most
+    /// [`UPLOAD_SLICE`] bytes with a submit after each, waiting (natively)
+    /// for the slice before the previous one: at most two slices are
+    /// staged at a time, whatever the size of the upload.
+    pub fn upload(&self, buf: &wgpu::Buffer, offset: u64, bytes: &[u8]) -> Result<()> {
+        if bytes.len() <= UPLOAD_SLICE {
+            self.queue.write_buffer(buf, offset, bytes);
+            return Ok(());
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        let mut previous: Option<wgpu::SubmissionIndex> = None;
+        for (i, slice) in bytes.chunks(UPLOAD_SLICE).enumerate() {
+            self.queue.write_buffer(buf, offset + (i * UPLOAD_SLICE) as u64, slice);
+            let _index = self.queue.submit([]);
+            #[cfg(not(target_arch = "wasm32"))]
+            {
+                if let Some(prev) = previous.replace(_index) {
+                    self.wait(Some(prev))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+
+    /// Waits for `submission` (or everything submitted) at most
+    /// [`wait_limit`]; a device that takes longer is an error (the caller
+    /// falls back to the CPU) rather than a hang.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn wait(&self, submission: Option<wgpu::SubmissionIndex>) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: submission,
+                timeout: Some(wait_limit()),
+            })
+            .map(|_| ())
+            .map_err(|e| GpuError::Device(format!("waiting for the device: {e}")))
+    }
+
+    /// A storage buffer of at least `size` bytes whose contents are
+    /// undefined (every byte a kernel reads must have been written first):
+    /// one given back by [`Gpu::recycle`] when one of between `size` and
+    /// twice that (within one binding) is free, else a new one. Large per-call buffers (score
+    /// blocks of hundreds of MiB) are then allocated once, not per call.
+    pub fn scratch(&self, label: &str, size: u64) -> wgpu::Buffer {
+        let size = size.max(16).next_multiple_of(4);
+        // Never larger than one binding unless `size` itself is.
+        let most = size.saturating_mul(2).min(self.max_binding()).max(size);
+        if let Ok(mut pool) = self.pool.lock()
+            && let Some(i) = pool.iter().position(|b| b.size() >= size && b.size() <= most)
+        {
+            return pool.swap_remove(i);
+        }
+        self.zeroed(label, size)
+    }
+
+    /// Gives scratch buffers back once the work that used them has
+    /// completed (after the read-back that waited for it). The pool keeps
+    /// at most [`POOL_BYTES`], dropping the oldest beyond.
+    pub fn recycle(&self, bufs: impl IntoIterator<Item = wgpu::Buffer>) {
+        let Ok(mut pool) = self.pool.lock() else { return };
+        pool.extend(bufs);
+        let mut total: u64 = pool.iter().map(wgpu::Buffer::size).sum();
+        while total > POOL_BYTES && !pool.is_empty() {
+            total -= pool.remove(0).size();
+        }
     }
 
     /// A zeroed storage buffer of `size` bytes (at least 16).
@@ -301,20 +488,35 @@ impl Gpu {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("dentate") })
     }
 
-    /// Records one dispatch of `groups` workgroups.
+    /// Records one dispatch of `groups` workgroups (timed when timing is on).
     pub fn dispatch(
         &self,
         enc: &mut wgpu::CommandEncoder,
-        pipeline: &wgpu::ComputePipeline,
+        pipeline: &Kernel,
         bind: &wgpu::BindGroup,
         groups: (u32, u32),
     ) {
         if groups.0 == 0 || groups.1 == 0 {
             return;
         }
+        let mut guard = self.timer.lock().ok();
+        let timed = guard.as_mut().and_then(|g| g.as_mut()).and_then(|t| {
+            if t.pending.len() as u32 >= TIMED_PASSES {
+                t.untimed += 1;
+                return None;
+            }
+            let i = t.pending.len() as u32;
+            t.pending.push(pipeline.name.clone());
+            Some((t, i))
+        });
+        let writes = timed.as_ref().map(|(t, i)| wgpu::ComputePassTimestampWrites {
+            query_set: &t.set,
+            beginning_of_pass_write_index: Some(2 * i),
+            end_of_pass_write_index: Some(2 * i + 1),
+        });
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: None,
-            timestamp_writes: None,
+            timestamp_writes: writes,
         });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, bind, &[]);
@@ -338,6 +540,7 @@ impl Gpu {
             mapped_at_creation: false,
         });
         enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size4);
+        let stamps = self.resolve_timestamps(&mut enc)?;
         self.queue.submit([enc.finish()]);
         let (tx, rx) = futures_channel::oneshot::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
@@ -346,9 +549,7 @@ impl Gpu {
         // Natively the callback runs inside poll; in the browser the event
         // loop runs it and the await below yields to it.
         #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| GpuError::Device(format!("poll: {e}")))?;
+        self.wait(None)?;
         rx.await
             .map_err(|_| GpuError::Device("the read-back was dropped".into()))?
             .map_err(|e| GpuError::Device(format!("map: {e}")))?;
@@ -358,13 +559,103 @@ impl Gpu {
         let out = view[..size as usize].to_vec();
         drop(view);
         staging.unmap();
+        if let Some((buf, kernels)) = stamps {
+            self.read_timestamps(buf, kernels).await?;
+        }
         Ok(out)
+    }
+
+    /// Resolves the pending timestamp pairs into a mappable buffer.
+    fn resolve_timestamps(&self, enc: &mut wgpu::CommandEncoder) -> Result<Option<(wgpu::Buffer, Vec<String>)>> {
+        let mut guard = self.timer.lock().map_err(|_| GpuError::Poisoned)?;
+        let Some(t) = guard.as_mut() else {
+            return Ok(None);
+        };
+        if t.pending.is_empty() {
+            return Ok(None);
+        }
+        let n = t.pending.len() as u32;
+        let bytes = 16 * u64::from(n);
+        enc.resolve_query_set(&t.set, 0..2 * n, &t.resolve, 0);
+        let read = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timestamps read-back"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        enc.copy_buffer_to_buffer(&t.resolve, 0, &read, 0, bytes);
+        Ok(Some((read, std::mem::take(&mut t.pending))))
+    }
+
+    /// Adds the resolved pairs in `buf` to the totals of their kernels.
+    async fn read_timestamps(&self, buf: wgpu::Buffer, kernels: Vec<String>) -> Result<()> {
+        let (tx, rx) = futures_channel::oneshot::channel();
+        buf.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        #[cfg(not(target_arch = "wasm32"))]
+        self.wait(None)?;
+        rx.await
+            .map_err(|_| GpuError::Device("the timestamp read-back was dropped".into()))?
+            .map_err(|e| GpuError::Device(format!("map: {e}")))?;
+        let view = buf
+            .get_mapped_range(..)
+            .map_err(|e| GpuError::Device(format!("mapped range: {e}")))?;
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&view);
+        drop(view);
+        buf.unmap();
+        let period = f64::from(self.queue.get_timestamp_period()) * 1e-9;
+        let mut guard = self.timer.lock().map_err(|_| GpuError::Poisoned)?;
+        let Some(t) = guard.as_mut() else {
+            return Ok(());
+        };
+        let (mut first, mut last) = (u64::MAX, 0u64);
+        for (pair, kernel) in ticks.chunks_exact(2).zip(kernels) {
+            let (a, b) = (pair[0], pair[1]);
+            first = first.min(a);
+            last = last.max(b);
+            let secs = b.saturating_sub(a) as f64 * period;
+            match t.totals.iter_mut().find(|k| k.kernel == kernel) {
+                Some(k) => {
+                    k.dispatches += 1;
+                    k.seconds += secs;
+                }
+                None => t.totals.push(KernelTime {
+                    kernel,
+                    dispatches: 1,
+                    seconds: secs,
+                }),
+            }
+        }
+        if last > first {
+            t.span += (last - first) as f64 * period;
+        }
+        Ok(())
     }
 
     /// Submits `enc` without reading anything back.
     pub fn submit(&self, enc: wgpu::CommandEncoder) {
         self.queue.submit([enc.finish()]);
     }
+}
+
+/// Bytes of scratch buffers kept for reuse ([`Gpu::recycle`]).
+pub(crate) const POOL_BYTES: u64 = 1 << 30;
+
+/// Bytes of one slice of an upload ([`Gpu::upload`]).
+pub(crate) const UPLOAD_SLICE: usize = 64 << 20;
+
+/// How long a native call waits for the device before giving up on it:
+/// `DENTATE_GPU_TIMEOUT_S` seconds, 600 by default (a software adapter
+/// takes minutes on large batches; a real GPU, milliseconds).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn wait_limit() -> std::time::Duration {
+    let secs = std::env::var("DENTATE_GPU_TIMEOUT_S")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(600);
+    std::time::Duration::from_secs(secs)
 }
 
 /// Runs `f` inside validation and out-of-memory error scopes of `device`;

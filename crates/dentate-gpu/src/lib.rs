@@ -10,7 +10,8 @@
 //!
 //! | kernel | CPU (`dentate_core::CpuCompute`) | GPU (this crate) |
 //! |---|---|---|
-//! | `top_k`, `assign` | register-tiled panel GEMM + fused heap | `topk.wgsl` `gemm` (tiles staged in workgroup memory) → `segsel` (threshold + bitonic sort per segment) → `merge` (merge path) |
+//! | `top_k` | register-tiled panel GEMM + fused heap | `topk.wgsl` `gemm` (tiles staged in workgroup memory) → `segsel` (threshold + bitonic sort per segment) → `merge` (merge path) |
+//! | `assign`, `kmeans_step` | GEMM + top-1; chunked sums | `gemm` → `best_col` (best centroid per point); then `cluster_sums`, the points kept on the device for the whole training |
 //! | `matmul_nt` | panel GEMM tiles | `topk.wgsl` `gemm` writing the matrix |
 //! | `cluster_sums` | chunked sums in chunk order | `cluster.wgsl` `cluster_sums` (one owner per sum, point order) |
 //! | `cluster_distance_sums` | Gram tiles | `cluster.wgsl` `distance_sums` |
@@ -28,7 +29,12 @@
 //! a block of rows into a device buffer, sorts each segment's survivors of
 //! a running per-query threshold, and merges the sorted lists on the
 //! device; the PQ scans keep a sorted list per thread and fold 16 lists
-//! into one per pass.
+//! into one per pass (a workgroup each, by rank). A k-means training's
+//! points stay on the device for all its steps ([`dentate_core::PointsRef`]).
+//!
+//! [`GpuCompute::start_timing`] times every dispatch with timestamp
+//! queries, where the adapter has them: device time per kernel, beside
+//! the whole call's wall time (the GPU bench and kit print both).
 //! Only `k` candidates per query cross the bus.
 //!
 //! Nothing on the GPU path reaches a caller as a panic or an error: an
@@ -57,15 +63,17 @@ mod resident;
 mod select;
 mod topk;
 
-pub use device::AdapterReport;
+pub use device::{AdapterReport, DeviceTimes, KernelTime};
 pub use error::{GpuError, Result};
 pub use topk::{MAX_EXACT_K, MAX_K};
 
 use dentate_core::salience::SalienceParams;
 use dentate_core::topk::Cand;
 use dentate_core::vector::Bitset;
-use dentate_core::{AsyncCompute, BaseRef, Compute, CpuCompute, IvfParts, IvfPlan, Metric, Panels, StoreRef};
-use resident::{Lru, ResidentBase, ResidentIds, ResidentLists, ResidentStore};
+use dentate_core::{
+    AsyncCompute, BaseRef, Compute, CpuCompute, IvfParts, IvfPlan, KMeansStep, Metric, Panels, PointsRef, StoreRef,
+};
+use resident::{Lru, ResidentBase, ResidentIds, ResidentLists, ResidentPoints, ResidentStore};
 #[cfg(not(target_arch = "wasm32"))]
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -204,6 +212,8 @@ pub(crate) struct GpuState {
     pub stores: Lru<ResidentStore>,
     pub ids: Lru<ResidentIds>,
     pub lists: Lru<ResidentLists>,
+    /// The points of the k-means training in progress.
+    pub points: Lru<ResidentPoints>,
     /// The last PQ codebooks uploaded (host copy, to recognise them).
     pub books: Option<(Vec<f32>, wgpu::Buffer)>,
 }
@@ -271,6 +281,7 @@ impl GpuCompute {
                 stores: Lru::new(4),
                 ids: Lru::new(4),
                 lists: Lru::new(4),
+                points: Lru::new(1),
                 books: None,
             }),
             report,
@@ -282,6 +293,31 @@ impl GpuCompute {
     /// The adapter in use.
     pub fn adapter(&self) -> &AdapterReport {
         &self.report
+    }
+
+    /// Times every dispatch from now on with timestamp queries (totals
+    /// cleared); false, and nothing timed, when the adapter has no
+    /// timestamp queries. Timing adds a query pair per dispatch and a small
+    /// read-back per call: for measurements, not for production.
+    pub fn start_timing(&self) -> bool {
+        match self.state.lock() {
+            Ok(s) => s.gpu.set_timing(true).unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    /// Stops timing and returns what was measured since
+    /// [`GpuCompute::start_timing`] (`None` when timing was off).
+    pub fn stop_timing(&self) -> Option<DeviceTimes> {
+        let s = self.state.lock().ok()?;
+        let t = s.gpu.timings();
+        let _ = s.gpu.set_timing(false);
+        t
+    }
+
+    /// The adapter has timestamp queries (device times can be measured).
+    pub fn has_timestamps(&self) -> bool {
+        self.state.lock().map(|s| s.gpu.timestamps).unwrap_or(false)
     }
 
     /// Operations that ran on the CPU instead (not covered by the kernels,
@@ -327,6 +363,31 @@ impl AsyncCompute for GpuCompute {
         let k = k.min(base.panels.len());
         on_gpu!(self, "top_k", |s| s.top_k(queries, &base, k), |c| c
             .top_k(queries, base, k))
+    }
+
+    /// [`Compute::assign`] without blocking: `gemm` scores against every
+    /// centroid, `best_col` keeps each point's best.
+    async fn assign_async(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
+        let d = centroids.dim();
+        if d == 0 || centroids.is_empty() || points.len() < d {
+            return self.cpu.assign(points, centroids, metric);
+        }
+        on_gpu!(self, "assign", |s| s.assign(points, centroids, metric), |c| c
+            .assign(points, centroids, metric))
+    }
+
+    /// [`Compute::kmeans_step`] without blocking: the points stay on the
+    /// device for every step of a training.
+    async fn kmeans_step_async(&self, points: PointsRef<'_>, centroids: &Panels, metric: Metric) -> KMeansStep {
+        if points.dim == 0 || points.dim != centroids.dim() || centroids.is_empty() || points.is_empty() {
+            return self.cpu.kmeans_step(points, centroids, metric);
+        }
+        on_gpu!(
+            self,
+            "kmeans_step",
+            |s| s.kmeans_step(&points, centroids, metric),
+            |c| c.kmeans_step(points, centroids, metric)
+        )
     }
 
     /// [`Compute::matmul_nt`] without blocking.
@@ -449,6 +510,10 @@ impl Compute for GpuCompute {
 
     fn assign(&self, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
         pollster::block_on(self.assign_async(points, centroids, metric))
+    }
+
+    fn kmeans_step(&self, points: PointsRef<'_>, centroids: &Panels, metric: Metric) -> KMeansStep {
+        pollster::block_on(self.kmeans_step_async(points, centroids, metric))
     }
 
     fn adc_top_k(&self, parts: &IvfParts<'_>, plan: &IvfPlan) -> Vec<Vec<Cand>> {

@@ -65,8 +65,8 @@ fn consts(kk: usize, pq_m: usize, dsub: usize, f16_store: bool, fw: usize) -> Ve
 }
 
 /// Finishes a batch of `nq` queries whose scan wrote `lists` sorted lists
-/// of `kk` slots each (NONE rows last) into `partial`: `fold` passes merge
-/// 16 lists into one until one is left per query, then `enc` is submitted
+/// of `kk` slots each (NONE rows last) into `partial`: `fold` passes sort
+/// 16 lists into one (a workgroup each) until one is left per query, then `enc` is submitted
 /// and the one list per query read back and decoded to its best `k`.
 async fn finish_batch(
     gpu: &Gpu,
@@ -93,7 +93,7 @@ async fn finish_batch(
         let out = gpu.zeroed("folded", (nq * out_lists * kk) as u64 * CAND_BYTES);
         let params = gpu.uniform(&words(&[lists as u32, out_lists as u32, nq as u32, 0]));
         let bind = gpu.bind(&pipe, &[(20, &params), (21, &cur), (22, &out)]);
-        gpu.dispatch(&mut enc, &pipe, &bind, (out_lists.div_ceil(64) as u32, nq as u32));
+        gpu.dispatch(&mut enc, &pipe, &bind, (out_lists as u32, nq as u32));
         cur = out;
         lists = out_lists;
     }
@@ -311,7 +311,7 @@ impl GpuState {
         let gpu = &self.gpu;
         let res = self
             .stores
-            .get(store.uid, |r| Ok(r.sync(gpu, store)), || ResidentStore::new(gpu, store))?;
+            .get(store.uid, |r| r.sync(gpu, store), || ResidentStore::new(gpu, store))?;
         let chunk_rows = res.vecs.chunk_rows();
         let nchunks = store.rows.len().div_ceil(chunk_rows).max(1);
         if nchunks > res.vecs.chunks() && !store.rows.is_empty() {

@@ -9,7 +9,7 @@ use crate::error::{GpuError, Result};
 use dentate_core::Floats;
 use dentate_core::fastscan::{BLOCK, block_bytes};
 use dentate_core::simd::PANEL;
-use dentate_core::{BaseRef, InvertedRef, StoreRef};
+use dentate_core::{BaseRef, InvertedRef, PointsRef, StoreRef};
 
 /// Rows of `row_bytes` bytes in chunks of at most `chunk_rows` rows; each
 /// chunk is one storage buffer that grows by doubling (copied on the
@@ -83,7 +83,7 @@ impl RowBuffers {
     }
 
     /// Writes `bytes` (whole rows) starting at row `row0`, growing as needed.
-    pub fn write(&mut self, gpu: &Gpu, row0: usize, bytes: &[u8]) {
+    pub fn write(&mut self, gpu: &Gpu, row0: usize, bytes: &[u8]) -> Result<()> {
         let rows = bytes.len() / self.row_bytes as usize;
         self.reserve(gpu, row0 + rows);
         let mut r = row0;
@@ -93,11 +93,11 @@ impl RowBuffers {
             let local = r % self.chunk_rows;
             let take = (self.chunk_rows - local).min(row0 + rows - r);
             let len = take * self.row_bytes as usize;
-            gpu.queue
-                .write_buffer(&self.chunks[c].0, local as u64 * self.row_bytes, &bytes[off..off + len]);
+            gpu.upload(&self.chunks[c].0, local as u64 * self.row_bytes, &bytes[off..off + len])?;
             r += take;
             off += len;
         }
+        Ok(())
     }
 
     /// Buffer of chunk `c`.
@@ -145,34 +145,35 @@ impl ResidentBase {
             vecs: RowBuffers::new(row_bytes, chunk_rows),
             ids: base.ids.map(|_| RowBuffers::new(8, chunk_rows)),
         };
-        r.append(gpu, base);
+        r.append(gpu, base)?;
         Ok(r)
     }
 
     /// Brings the device copy up to date; false when it cannot be extended
     /// (another storage, epoch or shape; fewer rows).
-    pub fn sync(&mut self, gpu: &Gpu, base: &BaseRef<'_>) -> bool {
+    pub fn sync(&mut self, gpu: &Gpu, base: &BaseRef<'_>) -> Result<bool> {
         if Self::key(base) != self.key || base.panels.len() < self.rows {
-            return false;
+            return Ok(false);
         }
-        self.append(gpu, base);
-        true
+        self.append(gpu, base)?;
+        Ok(true)
     }
 
-    fn append(&mut self, gpu: &Gpu, base: &BaseRef<'_>) {
+    fn append(&mut self, gpu: &Gpu, base: &BaseRef<'_>) -> Result<()> {
         let n = base.panels.len();
         if n == self.rows {
-            return;
+            return Ok(());
         }
         // From the start of the last partial panel, which the new rows fill.
         let p0 = self.rows / PANEL;
         let p1 = n.div_ceil(PANEL);
         let bytes = panel_bytes(base.panels.data(), base.panels.dim(), p0, p1);
-        self.vecs.write(gpu, p0 * PANEL, bytes);
+        self.vecs.write(gpu, p0 * PANEL, bytes)?;
         if let (Some(buf), Some(ids)) = (&mut self.ids, base.ids) {
-            buf.write(gpu, self.rows, bytemuck::cast_slice(&ids[self.rows..n]));
+            buf.write(gpu, self.rows, bytemuck::cast_slice(&ids[self.rows..n]))?;
         }
         self.rows = n;
+        Ok(())
     }
 }
 
@@ -205,28 +206,28 @@ impl ResidentStore {
             words,
             f16: key.3,
         };
-        s.append(gpu, store);
+        s.append(gpu, store)?;
         Ok(s)
     }
 
-    pub fn sync(&mut self, gpu: &Gpu, store: &StoreRef<'_>) -> bool {
+    pub fn sync(&mut self, gpu: &Gpu, store: &StoreRef<'_>) -> Result<bool> {
         if Self::key(store) != self.key || store.rows.len() < self.rows {
-            return false;
+            return Ok(false);
         }
-        self.append(gpu, store);
-        true
+        self.append(gpu, store)?;
+        Ok(true)
     }
 
-    fn append(&mut self, gpu: &Gpu, store: &StoreRef<'_>) {
+    fn append(&mut self, gpu: &Gpu, store: &StoreRef<'_>) -> Result<()> {
         let n = store.rows.len();
         if n == self.rows {
-            return;
+            return Ok(());
         }
         let d = store.rows.dim();
         let (a, b) = (self.rows * d, n * d);
         match store.rows.data() {
-            Floats::F32(v) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b])),
-            Floats::F16(v) if d.is_multiple_of(2) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b])),
+            Floats::F32(v) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b]))?,
+            Floats::F16(v) if d.is_multiple_of(2) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b]))?,
             Floats::F16(v) => {
                 // Odd dimension: pad every row to a whole word.
                 let mut padded = Vec::with_capacity((n - self.rows) * (d + 1));
@@ -234,10 +235,11 @@ impl ResidentStore {
                     padded.extend_from_slice(row);
                     padded.push(half::f16::ZERO);
                 }
-                self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&padded));
+                self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&padded))?;
             }
         }
         self.rows = n;
+        Ok(())
     }
 }
 
@@ -278,7 +280,8 @@ impl ResidentIds {
             )));
         }
         if ids.len() > self.rows {
-            self.buf.write(gpu, self.rows, bytemuck::cast_slice(&ids[self.rows..]));
+            self.buf
+                .write(gpu, self.rows, bytemuck::cast_slice(&ids[self.rows..]))?;
             self.rows = ids.len();
         }
         Ok(true)
@@ -487,5 +490,62 @@ impl<T> Lru<T> {
         };
         self.items[i].1 = now;
         Ok(&mut self.items[i].2)
+    }
+}
+
+/// The points of one k-means training on the device (`PointsRef`): rows
+/// padded to whole vec4s, in chunks of whole rows within one binding each,
+/// uploaded once and kept while steps pass the same uid and shape.
+pub(crate) struct ResidentPoints {
+    key: (u64, usize, usize),
+    /// vec4s per row.
+    pub dp4: usize,
+    /// Rows per chunk (the last may hold fewer).
+    pub chunk_rows: usize,
+    /// Each chunk's buffer and row count.
+    pub chunks: Vec<(wgpu::Buffer, usize)>,
+}
+
+impl ResidentPoints {
+    pub fn new(gpu: &Gpu, points: &PointsRef<'_>) -> Result<Self> {
+        let (n, d) = (points.len(), points.dim);
+        let dp4 = d.div_ceil(4);
+        let row_bytes = dp4 as u64 * 16;
+        let chunk_rows = (gpu.max_binding() / row_bytes) as usize;
+        if chunk_rows == 0 {
+            return Err(GpuError::Unsupported(format!(
+                "a point of {d} dimensions exceeds one storage binding"
+            )));
+        }
+        let mut chunks = Vec::with_capacity(n.div_ceil(chunk_rows));
+        let mut r0 = 0;
+        while r0 < n {
+            let rows = (n - r0).min(chunk_rows);
+            let src = &points.rows[r0 * d..(r0 + rows) * d];
+            let buf = gpu.zeroed("points", rows as u64 * row_bytes);
+            if dp4 * 4 == d {
+                gpu.upload(&buf, 0, bytemuck::cast_slice(src))?;
+            } else {
+                let mut padded = vec![0f32; rows * dp4 * 4];
+                for (dst, row) in padded.chunks_exact_mut(dp4 * 4).zip(src.chunks_exact(d)) {
+                    dst[..d].copy_from_slice(row);
+                }
+                gpu.upload(&buf, 0, bytemuck::cast_slice(&padded))?;
+            }
+            chunks.push((buf, rows));
+            r0 += rows;
+        }
+        Ok(ResidentPoints {
+            key: (points.uid, n, d),
+            dp4,
+            chunk_rows,
+            chunks,
+        })
+    }
+
+    /// The copy holds these points (same uid and shape; a uid promises
+    /// its rows do not change).
+    pub fn holds(&self, points: &PointsRef<'_>) -> bool {
+        self.key == (points.uid, points.len(), points.dim)
     }
 }

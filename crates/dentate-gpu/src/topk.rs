@@ -3,7 +3,7 @@
 //! the candidate decoding every top-k kernel shares.
 
 use crate::GpuState;
-use crate::device::{Gpu, wgsl, words};
+use crate::device::{Gpu, Kernel, wgsl, words};
 use crate::error::{GpuError, Result};
 use crate::resident::ResidentBase;
 use dentate_core::BaseRef;
@@ -21,9 +21,9 @@ pub const MAX_EXACT_K: usize = 4096;
 pub(crate) const CAND_BYTES: u64 = 16;
 const NONE: u32 = u32::MAX;
 /// Rows of one `gemm` tile (the shader's `BR`).
-const TILE_ROWS: usize = 128;
+pub(crate) const TILE_ROWS: usize = 128;
 /// Bytes of scores, and of partial lists, one batch keeps on the device.
-const BATCH_BYTES: u64 = 512 << 20;
+pub(crate) const BATCH_BYTES: u64 = 512 << 20;
 
 /// Scores per `segsel` segment: the largest power of two from 1,024 to
 /// 4,096 whose keys and rows (8 bytes each) and histogram fit the
@@ -47,7 +47,7 @@ pub(crate) fn slots(k: usize) -> Result<usize> {
 
 /// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that
 /// many queries).
-fn queries_per_thread(nq: usize) -> usize {
+pub(crate) fn queries_per_thread(nq: usize) -> usize {
     if nq >= 48 { 4 } else { 1 }
 }
 
@@ -96,7 +96,7 @@ struct Lists {
 /// `merge`), recorded into an encoder.
 struct Merger<'g> {
     gpu: &'g Gpu,
-    pipe: Arc<wgpu::ComputePipeline>,
+    pipe: Arc<Kernel>,
     nq: usize,
     kk: usize,
 }
@@ -224,7 +224,7 @@ impl GpuState {
         let gpu = &self.gpu;
         let res = self
             .bases
-            .get(base.uid, |r| Ok(r.sync(gpu, base)), || ResidentBase::new(gpu, base))?;
+            .get(base.uid, |r| r.sync(gpu, base), || ResidentBase::new(gpu, base))?;
         let chunk_rows = res.vecs.chunk_rows();
         let f16 = matches!(base.panels.data(), dentate_core::Floats::F16(_));
         let maxb = gpu.max_binding();
@@ -253,8 +253,10 @@ impl GpuState {
                 "queries",
                 bytemuck::cast_slice(&qpad[q0 * dp4 * 4..(q0 + nb) * dp4 * 4]),
             );
-            let scores = gpu.zeroed("scores", (nb * b.rows) as u64 * 4);
-            let partial_cands = gpu.zeroed("segment lists", (nb * segs * kk) as u64 * CAND_BYTES);
+            // Scratch: `segsel` reads only scores `gemm` wrote, `merge` only
+            // the slots within the lengths `segsel` wrote.
+            let scores = gpu.scratch("scores", (nb * b.rows) as u64 * 4);
+            let partial_cands = gpu.scratch("segment lists", (nb * segs * kk) as u64 * CAND_BYTES);
             let partial_lens = gpu.zeroed("segment lengths", (nb * segs) as u64 * 4);
             let threshold = gpu.zeroed("thresholds", nb as u64 * 4);
             let running = || Lists {
@@ -303,11 +305,13 @@ impl GpuState {
                         blk0,
                         blk_rows,
                         nq: nb,
+                        q0: 0,
                         stride: b.rows,
                         col0: 0,
                         flags,
                         row0,
                         lists: segs,
+                        a0: 0,
                         k: kk,
                     }
                     .uniform(gpu);
@@ -358,6 +362,7 @@ impl GpuState {
                 .submit_and_read(enc, &best.cands, 0, (nb * kk) as u64 * CAND_BYTES)
                 .await?;
             out.extend(decode(&bytes, nb, kk, k));
+            gpu.recycle([scores, partial_cands]);
             q0 += nb;
         }
         Ok(out)
@@ -381,7 +386,7 @@ impl GpuState {
         }
         let res = self
             .bases
-            .get(b.uid, |r| Ok(r.sync(gpu, b)), || ResidentBase::new(gpu, b))?;
+            .get(b.uid, |r| r.sync(gpu, b), || ResidentBase::new(gpu, b))?;
         let chunk_rows = res.vecs.chunk_rows();
         let max_groups = gpu.max_groups() as usize;
         let mut out = Vec::with_capacity(nq * n);
@@ -398,7 +403,8 @@ impl GpuState {
                 "queries",
                 bytemuck::cast_slice(&qpad[q0 * dp4 * 4..(q0 + nb) * dp4 * 4]),
             );
-            let mat = gpu.zeroed("scores", nb as u64 * row_bytes);
+            // Scratch: `gemm` writes every column of every row read back.
+            let mat = gpu.scratch("scores", nb as u64 * row_bytes);
             let dummy = gpu.zeroed("unused", 16);
             let mut enc = gpu.encoder();
             for c in 0..res.vecs.chunks() {
@@ -417,11 +423,13 @@ impl GpuState {
                         blk0,
                         blk_rows,
                         nq: nb,
+                        q0: 0,
                         stride: n,
                         col0: row0 + blk0,
                         flags: 0,
                         row0,
                         lists: 0,
+                        a0: 0,
                         k: 0,
                     }
                     .uniform(gpu);
@@ -440,6 +448,7 @@ impl GpuState {
             }
             let bytes = gpu.submit_and_read(enc, &mat, 0, nb as u64 * row_bytes).await?;
             out.extend(bytemuck::pod_collect_to_vec::<u8, f32>(&bytes));
+            gpu.recycle([mat]);
             q0 += nb;
         }
         Ok(out)
@@ -447,7 +456,7 @@ impl GpuState {
 }
 
 /// The `gemm` or `segsel` pipeline of a variant.
-async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool) -> Result<Arc<wgpu::ComputePipeline>> {
+pub(crate) async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool) -> Result<Arc<Kernel>> {
     gpu.pipeline(
         wgsl::TOPK,
         entry,
@@ -463,23 +472,25 @@ async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool) -> Result<
 }
 
 /// The `Params` block of `topk.wgsl` (the shader names each field).
-struct Params {
-    d: usize,
-    dp4: usize,
-    n: usize,
-    blk0: usize,
-    blk_rows: usize,
-    nq: usize,
-    stride: usize,
-    col0: usize,
-    flags: u32,
-    row0: usize,
-    lists: usize,
-    k: usize,
+pub(crate) struct Params {
+    pub d: usize,
+    pub dp4: usize,
+    pub n: usize,
+    pub blk0: usize,
+    pub blk_rows: usize,
+    pub nq: usize,
+    pub q0: usize,
+    pub stride: usize,
+    pub col0: usize,
+    pub flags: u32,
+    pub row0: usize,
+    pub lists: usize,
+    pub a0: usize,
+    pub k: usize,
 }
 
 impl Params {
-    fn uniform(&self, gpu: &Gpu) -> wgpu::Buffer {
+    pub fn uniform(&self, gpu: &Gpu) -> wgpu::Buffer {
         let w = |v: usize| v as u32;
         gpu.uniform(&words(&[
             w(self.d),
@@ -488,13 +499,13 @@ impl Params {
             w(self.blk0),
             w(self.blk_rows),
             w(self.nq),
-            0,
+            w(self.q0),
             w(self.stride),
             w(self.col0),
             self.flags,
             w(self.row0),
             w(self.lists),
-            0,
+            w(self.a0),
             w(self.k),
             0,
             0,
@@ -504,10 +515,10 @@ impl Params {
 
 /// Records one `gemm` dispatch: `inputs` = (base chunk, queries, alive
 /// bits, bias), scores into `out`; `(rows, query_tiles)` sizes the grid.
-fn record_gemm(
+pub(crate) fn record_gemm(
     gpu: &Gpu,
     enc: &mut wgpu::CommandEncoder,
-    pipe: &wgpu::ComputePipeline,
+    pipe: &Kernel,
     params: &wgpu::Buffer,
     inputs: [&wgpu::Buffer; 4],
     out: &wgpu::Buffer,

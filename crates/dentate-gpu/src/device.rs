@@ -403,7 +403,6 @@ impl Gpu {
         Ok(())
     }
 
-
     /// Waits for `submission` (or everything submitted) at most
     /// [`wait_limit`]; a device that takes longer is an error (the caller
     /// falls back to the CPU) rather than a hang.

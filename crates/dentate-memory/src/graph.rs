@@ -18,7 +18,7 @@
 //! functions here), and nothing here knows the store.
 
 use crate::error::{MemoryError, Result};
-use rusqlite::{Connection, Transaction, params};
+use crate::sql::{Sql, Value, args};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A stored triple with its provenance.
@@ -102,7 +102,7 @@ pub fn predicate_key(s: &str) -> String {
 
 /// Inserts one triple row, `[subject, predicate, object]`, for `item`
 /// (inside a step's transaction).
-pub(crate) fn insert(tx: &Transaction<'_>, user: &str, pipeline: &str, item: i64, spo: [&str; 3]) -> Result<()> {
+pub(crate) fn insert(tx: &impl Sql, user: &str, pipeline: &str, item: i64, spo: [&str; 3]) -> Result<()> {
     let [subject, predicate, object] = spo;
     if spo.iter().any(|p| p.trim().is_empty()) {
         return Err(MemoryError::Invalid(format!(
@@ -110,9 +110,9 @@ pub(crate) fn insert(tx: &Transaction<'_>, user: &str, pipeline: &str, item: i64
         )));
     }
     tx.execute(
-        "INSERT INTO triples (item_id, user, pipeline, subject, predicate, object, subject_key, predicate_key, object_key)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![
+        r#"INSERT INTO triples (item_id, "user", pipeline, subject, predicate, object, subject_key, predicate_key, object_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"#,
+        args![
             item,
             user,
             pipeline,
@@ -127,52 +127,49 @@ pub(crate) fn insert(tx: &Transaction<'_>, user: &str, pipeline: &str, item: i64
     Ok(())
 }
 
-const SELECT: &str = "SELECT t.item_id, t.subject, t.predicate, t.object, i.said_at FROM triples t
-     JOIN items i ON i.id = t.item_id AND i.deleted = 0
-     WHERE t.user = ?1 AND t.pipeline = ?2";
+const SELECT: &str = r#"SELECT t.item_id, t.subject, t.predicate, t.object, i.said_at FROM triples t
+     JOIN items i ON i."user" = t."user" AND i.id = t.item_id AND i.deleted = 0
+     WHERE t."user" = ?1 AND t.pipeline = ?2"#;
 
-fn query_triples(conn: &Connection, sql: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<Triple>> {
-    let mut st = conn.prepare_cached(sql)?;
-    let rows = st.query_map(args, |r| {
-        Ok(Triple {
-            item_id: r.get(0)?,
-            subject: r.get(1)?,
-            predicate: r.get(2)?,
-            object: r.get(3)?,
-            said_at: r.get(4)?,
-            sources: Vec::new(),
-        })
-    })?;
-    let mut out: Vec<Triple> = rows.collect::<rusqlite::Result<_>>()?;
-    let mut src = conn.prepare_cached("SELECT message_id FROM item_sources WHERE item_id = ?1 ORDER BY message_id")?;
-    for t in &mut out {
-        t.sources = src
-            .query_map([t.item_id], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
+fn query_triples(conn: &impl Sql, sql: &str, args: &[Value]) -> Result<Vec<Triple>> {
+    let mut out = Vec::new();
+    for r in conn.query(sql, args)? {
+        let item_id = r.int(0)?;
+        out.push(Triple {
+            item_id,
+            subject: r.text(1)?,
+            predicate: r.text(2)?,
+            object: r.text(3)?,
+            said_at: r.opt_int(4)?,
+            sources: conn.ids(
+                r#"SELECT message_id FROM item_sources WHERE "user" = ?1 AND item_id = ?2 ORDER BY message_id"#,
+                args![&args[0], item_id],
+            )?,
+        });
     }
     Ok(out)
 }
 
 /// Every live triple of `user` made by `pipeline`, in item order.
-pub(crate) fn triples(conn: &Connection, user: &str, pipeline: &str) -> Result<Vec<Triple>> {
-    query_triples(conn, &format!("{SELECT} ORDER BY t.item_id"), &[&user, &pipeline])
+pub(crate) fn triples(conn: &impl Sql, user: &str, pipeline: &str) -> Result<Vec<Triple>> {
+    query_triples(conn, &format!("{SELECT} ORDER BY t.item_id"), args![user, pipeline])
 }
 
 /// The live triples whose subject or object is `entity` (compared by
 /// [`entity_key`]), in item order.
-pub(crate) fn triples_about(conn: &Connection, user: &str, pipeline: &str, entity: &str) -> Result<Vec<Triple>> {
+pub(crate) fn triples_about(conn: &impl Sql, user: &str, pipeline: &str, entity: &str) -> Result<Vec<Triple>> {
     let key = entity_key(entity);
     query_triples(
         conn,
         &format!("{SELECT} AND (t.subject_key = ?3 OR t.object_key = ?3) ORDER BY t.item_id"),
-        &[&user, &pipeline, &key],
+        args![user, pipeline, key],
     )
 }
 
 /// The live triples with `predicate` (compared by [`predicate_key`]),
 /// in item order.
 pub(crate) fn triples_with_predicate(
-    conn: &Connection,
+    conn: &impl Sql,
     user: &str,
     pipeline: &str,
     predicate: &str,
@@ -181,7 +178,7 @@ pub(crate) fn triples_with_predicate(
     query_triples(
         conn,
         &format!("{SELECT} AND t.predicate_key = ?3 ORDER BY t.item_id"),
-        &[&user, &pipeline, &key],
+        args![user, pipeline, key],
     )
 }
 
@@ -190,7 +187,7 @@ pub(crate) fn triples_with_predicate(
 /// other end of a hop-1 triple. Breadth first; within a hop, in item
 /// order; each triple once, at its nearest hop.
 pub(crate) fn neighbourhood(
-    conn: &Connection,
+    conn: &impl Sql,
     user: &str,
     pipeline: &str,
     entity: &str,

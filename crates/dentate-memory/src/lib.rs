@@ -32,6 +32,7 @@ pub mod nemori;
 pub mod pipeline;
 pub mod premem;
 pub mod rag;
+mod sql;
 pub mod store;
 pub mod summarize;
 pub mod text;
@@ -58,5 +59,5 @@ pub use pipeline::{
 };
 pub use premem::{Premem, PrememConfig};
 pub use rag::{Rag, RagConfig};
-pub use store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewMessage, NewTriple, Store};
+pub use store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewMessage, NewTriple, Store, StoreLocation};
 pub use vecmem::{VectorMemory, VectorMemoryConfig};

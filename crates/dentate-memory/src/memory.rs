@@ -249,7 +249,15 @@ impl Memory {
         self.store.to_bytes()
     }
 
-    fn with_store(store: Store, kind: PipelineKind, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>) -> Memory {
+    /// A memory on an opened store ([`Store::open`], [`Store::connect`]);
+    /// its index files go to the store's directory ([`Store::dir`]), or
+    /// live in memory when it has none.
+    pub fn with_store(
+        store: Store,
+        kind: PipelineKind,
+        embedder: Arc<dyn Embedder>,
+        llm: Option<Arc<dyn Llm>>,
+    ) -> Memory {
         Memory {
             store,
             retriever: Retriever::default_for(&embedder.name()),

@@ -806,8 +806,10 @@ fn hema_retrieval_bonus_survives_a_reopen() {
     );
 }
 
-/// A store of schema v5 (before retrieval marks) opens, migrates to the
-/// current version and keeps its items; retrieval marks start empty.
+/// A store of schema v5 (before retrieval marks, history and the user in
+/// provenance rows) opens, migrates to the current version and keeps its
+/// items; retrieval marks start empty; the provenance rows get their user
+/// (erasing the user then leaves no row behind).
 #[test]
 fn a_v5_store_migrates_and_keeps_its_items() {
     let dir = tempfile::tempdir().unwrap();
@@ -815,11 +817,14 @@ fn a_v5_store_migrates_and_keeps_its_items() {
         let mut m = open(dir.path(), "hema");
         m.ingest("ann", &conversation()).unwrap();
     }
-    // Make it a v5 store: drop the v7 table and the v6 column, set the version back.
+    // Make it a v5 store: undo v8's columns and indexes, drop the v7 table
+    // and the v6 column, set the version back.
     {
         let c = rusqlite::Connection::open(dir.path().join("memory.db")).unwrap();
         c.execute_batch(
-            "DROP TABLE item_changes; ALTER TABLE items DROP COLUMN last_retrieved; PRAGMA user_version = 5;",
+            "DROP INDEX item_sources_by_message; DROP INDEX item_derivations_by_from; DROP INDEX items_by_parent;
+             ALTER TABLE item_sources DROP COLUMN user; ALTER TABLE item_derivations DROP COLUMN user;
+             DROP TABLE item_changes; ALTER TABLE items DROP COLUMN last_retrieved; PRAGMA user_version = 5;",
         )
         .unwrap();
     }
@@ -833,8 +838,23 @@ fn a_v5_store_migrates_and_keeps_its_items() {
         vec![(hits[0].item.id, 6)],
         "marked at the current turn"
     );
+    let sources = m.store().items("ann", "hema", None).unwrap()[0].sources.clone();
+    assert!(!sources.is_empty(), "provenance kept");
+    m.erase_user("ann").unwrap();
     drop(m);
     assert_eq!(rusqlite_version(dir.path()), SCHEMA_VERSION);
+    let c = rusqlite::Connection::open(dir.path().join("memory.db")).unwrap();
+    let left: i64 = c
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM item_sources) + (SELECT COUNT(*) FROM items)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        left, 0,
+        "the migrated provenance rows name their user, so erasure finds them"
+    );
 }
 
 /// Erasing a source from a pipeline whose state summarises messages

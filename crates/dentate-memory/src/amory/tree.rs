@@ -185,13 +185,14 @@ pub struct Tree {
 
 /// The parent of an item, deleted or not.
 fn parent_of(store: &Store, id: i64) -> Result<Option<i64>> {
-    use rusqlite::OptionalExtension;
-    Ok(store
+    use crate::sql::{Sql, args};
+    match store
         .conn
-        .prepare_cached("SELECT parent FROM items WHERE id = ?1")?
-        .query_row([id], |r| r.get::<_, Option<i64>>(0))
-        .optional()?
-        .flatten())
+        .query_opt("SELECT parent FROM items WHERE id = ?1", args![id])?
+    {
+        Some(r) => r.opt_int(0),
+        None => Ok(None),
+    }
 }
 
 impl Tree {

@@ -175,7 +175,9 @@ impl Store {
         // Changes of items already gone (none today; kept exact for the receipt).
         receipt.history += usize::try_from(tx.execute(r#"DELETE FROM item_changes WHERE "user" = ?1"#, args![user])?)
             .unwrap_or(usize::MAX);
+        let v = Self::bump(&tx, user)?;
         tx.commit()?;
+        self.wrote(user, v);
         self.checkpoint()?;
         Ok(receipt)
     }
@@ -232,7 +234,9 @@ impl Store {
             args![user, message],
         )?;
         receipt.messages.push(message);
+        let v = Self::bump(&tx, user)?;
         tx.commit()?;
+        self.wrote(user, v);
         self.checkpoint()?;
         Ok(receipt)
     }
@@ -277,7 +281,9 @@ impl Store {
             r#"DELETE FROM pipeline_state WHERE "user" = ?1 AND pipeline = ?2 AND key <> 'embedder'"#,
             args![user, pipeline],
         )?;
+        let v = Self::bump(&tx, user)?;
         tx.commit()?;
+        self.wrote(user, v);
         self.checkpoint()?;
         Ok(())
     }

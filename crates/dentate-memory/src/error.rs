@@ -34,6 +34,10 @@ pub enum MemoryError {
         /// Item id.
         id: i64,
     },
+    /// Another process holds the user (processing its messages) and did
+    /// not let go in time ([`crate::Store::lock_user`]).
+    #[error("user `{0}` is being processed by another process")]
+    Busy(String),
     /// A dataset file is malformed.
     #[error("dataset: {0}")]
     Dataset(String),

@@ -17,6 +17,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
+/// How long [`Memory::process`] waits for another process that is
+/// processing the same user.
+const PROCESS_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Index files serialised by [`Memory::take_unsaved`], to write.
 #[derive(Debug)]
 pub struct IndexImages(Vec<(std::path::PathBuf, Vec<u8>)>);
@@ -298,7 +302,12 @@ impl Memory {
         if !self.unsaved.contains(user) {
             return Ok(None);
         }
-        let images = self.with(user, |p, env| Ok(p.images(env)))?;
+        let mut images = self.with(user, |p, env| Ok(p.images(env)))?;
+        // The version the images reflect goes last, so a stamp on disk
+        // never vouches for files not yet written.
+        if let (Some(path), Some(v)) = (self.stamp_path(user), self.store.seen_version(user)) {
+            images.push((path, v.to_string().into_bytes()));
+        }
         self.unsaved.remove(user);
         Ok(Some(IndexImages(images)))
     }
@@ -339,8 +348,39 @@ impl Memory {
         self.kind.name()
     }
 
+    /// The file beside `user`'s index files that holds the user's version
+    /// they were written at ([`Store::user_version`]).
+    fn stamp_path(&self, user: &str) -> Option<std::path::PathBuf> {
+        self.store
+            .dir()
+            .map(|d| d.join(format!("{user}.{}.version", self.kind.name())))
+    }
+
+    /// Drops what this handle holds of `user` when the store moved on
+    /// without it (another process, e.g. a second server on the same
+    /// PostgreSQL database, changed the user): the loaded pipeline and the
+    /// index files, unless the files' version stamp says they are current.
+    fn refresh(&mut self, user: &str) -> Result<()> {
+        let Some(v) = self.store.changed_elsewhere(user)? else {
+            return Ok(());
+        };
+        let loaded = self.pipelines.remove(user).is_some();
+        let current = !loaded
+            && self.stamp_path(user).is_some_and(|p| {
+                std::fs::read_to_string(p)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<i64>().ok())
+                    == Some(v)
+            });
+        if !current && self.store.dir().is_some() {
+            self.remove_index_files(user)?;
+        }
+        Ok(())
+    }
+
     fn with<T>(&mut self, user: &str, f: impl FnOnce(&mut dyn Pipeline, &mut Env<'_>) -> Result<T>) -> Result<T> {
         check_user(user)?;
+        self.refresh(user)?;
         let first = !self.pipelines.contains_key(user);
         let p = self
             .pipelines
@@ -415,9 +455,41 @@ impl Memory {
         self.store.append_messages(user, msgs)
     }
 
-    /// Processes the user's unprocessed messages.
+    /// Processes the user's unprocessed messages. On a store several
+    /// processes share (PostgreSQL), one processes a user at a time: this
+    /// waits up to 10 minutes for another holder ([`MemoryError::Busy`]
+    /// after that).
     pub fn process(&mut self, user: &str, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport> {
-        self.change(user, |p, env| p.ingest(env, progress))
+        self.holding(user, PROCESS_WAIT, |m| m.change(user, |p, env| p.ingest(env, progress)))?
+            .ok_or_else(|| MemoryError::Busy(user.to_string()))
+    }
+
+    /// [`Memory::process`] unless another process is processing `user`
+    /// right now (`Ok(None)`, without waiting): how a server picks up
+    /// work another worker left.
+    pub fn try_process(&mut self, user: &str, progress: &mut dyn FnMut(usize, usize)) -> Result<Option<IngestReport>> {
+        self.holding(user, std::time::Duration::ZERO, |m| {
+            m.change(user, |p, env| p.ingest(env, progress))
+        })
+    }
+
+    /// Runs `f` holding the right to process `user` ([`Store::lock_user`]),
+    /// waiting up to `wait` for it; `None` when it was not granted.
+    fn holding<T>(
+        &mut self,
+        user: &str,
+        wait: std::time::Duration,
+        f: impl FnOnce(&mut Memory) -> Result<T>,
+    ) -> Result<Option<T>> {
+        check_user(user)?;
+        if !self.store.lock_user(user, wait)? {
+            return Ok(None);
+        }
+        let out = f(self);
+        let unlocked = self.store.unlock_user(user);
+        let out = out?;
+        unlocked?;
+        Ok(Some(out))
     }
 
     /// Processes what the pipeline holds back for more messages (Nemori's
@@ -425,7 +497,8 @@ impl Memory {
     /// the last message of a conversation; streaming callers that expect
     /// more messages do not.
     pub fn flush(&mut self, user: &str) -> Result<IngestReport> {
-        self.change(user, |p, env| p.flush(env))
+        self.holding(user, PROCESS_WAIT, |m| m.change(user, |p, env| p.flush(env)))?
+            .ok_or_else(|| MemoryError::Busy(user.to_string()))
     }
 
     /// [`Memory::add_messages`] then [`Memory::process`].
@@ -595,7 +668,10 @@ impl Memory {
                 user,
                 retriever: self.retriever,
             };
-            p.index_files(&env)
+            let mut files = p.index_files(&env);
+            // The version stamp first: files without one are never trusted.
+            files.splice(0..0, self.stamp_path(user));
+            files
         };
         for path in files {
             let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {

@@ -131,6 +131,13 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX item_sources_by_message ON item_sources(user, message_id);
      CREATE INDEX item_derivations_by_from ON item_derivations(user, from_item);
      CREATE INDEX items_by_parent ON items(user, parent);",
+    // v9: a version per user, raised by every write of the user's rows, so
+    // that a process holding caches of a user (indexes, pipeline state)
+    // sees when another process changed it (`Store::changed_elsewhere`).
+    "CREATE TABLE user_versions (
+        user TEXT PRIMARY KEY,
+        version INTEGER NOT NULL
+     );",
 ];
 
 /// The PostgreSQL schema's migrations, in order (the `dentate_schema`
@@ -227,6 +234,11 @@ pub const POSTGRES_MIGRATIONS: &[&str] = &[
         PRIMARY KEY ("user", id)
      );
      CREATE INDEX item_changes_by_item ON item_changes ("user", item_id, id);"#,
+    // v2: the version per user (SQLite v9).
+    r#"CREATE TABLE user_versions (
+        "user" TEXT PRIMARY KEY,
+        version BIGINT NOT NULL
+     );"#,
 ];
 
 /// The statements that distribute the PostgreSQL schema by user on a
@@ -240,7 +252,8 @@ SELECT create_distributed_table('item_sources', 'user', colocate_with => 'messag
 SELECT create_distributed_table('pipeline_state', 'user', colocate_with => 'messages');
 SELECT create_distributed_table('triples', 'user', colocate_with => 'messages');
 SELECT create_distributed_table('item_derivations', 'user', colocate_with => 'messages');
-SELECT create_distributed_table('item_changes', 'user', colocate_with => 'messages');";
+SELECT create_distributed_table('item_changes', 'user', colocate_with => 'messages');
+SELECT create_distributed_table('user_versions', 'user', colocate_with => 'messages');";
 
 /// The PostgreSQL schema version this build writes.
 pub const POSTGRES_SCHEMA_VERSION: u32 = POSTGRES_MIGRATIONS.len() as u32;
@@ -391,6 +404,10 @@ pub struct Step {
 pub struct Store {
     pub(crate) conn: Conn,
     dir: Option<PathBuf>,
+    /// Per user, the version this handle's caller has seen
+    /// ([`Store::changed_elsewhere`]) and followed with its own writes
+    /// only; absent when unknown.
+    synced: std::collections::HashMap<String, i64>,
 }
 
 const SNAPSHOT_MAGIC: &[u8; 8] = b"DNTMEMDB";
@@ -588,7 +605,118 @@ const MESSAGE_COLS: &str = r#"SELECT id, "user", session, seq, speaker, text, sa
 pub(crate) const ITEM_FIELDS: &str =
     r#"id, "user", pipeline, kind, text, said_at, refers_to, turn, parent, created_at"#;
 
+/// The advisory lock key space of [`Store::lock_user`] (apart from the
+/// write transactions' keys).
+#[cfg(feature = "postgres")]
+const PROCESSING_LOCK: i64 = 0x5052_4f43_4553_5321; // "PROCESS!"
+
 impl Store {
+    fn new(conn: Conn, dir: Option<PathBuf>) -> Store {
+        Store {
+            conn,
+            dir,
+            synced: std::collections::HashMap::new(),
+        }
+    }
+
+    /// Raises `user`'s version inside a write transaction; returns it.
+    pub(crate) fn bump(tx: &Tx<'_>, user: &str) -> Result<i64> {
+        tx.int(
+            r#"INSERT INTO user_versions ("user", version) VALUES (?1, 1)
+             ON CONFLICT ("user") DO UPDATE SET version = user_versions.version + 1 RETURNING version"#,
+            args![user],
+        )
+    }
+
+    /// Notes a committed write of `user` that raised its version to `v`:
+    /// still in step when the caller had seen `v - 1`, unknown otherwise
+    /// (another process wrote in between).
+    pub(crate) fn wrote(&mut self, user: &str, v: i64) {
+        if self.synced.get(user) == Some(&(v - 1)) {
+            self.synced.insert(user.to_string(), v);
+        } else {
+            self.synced.remove(user);
+        }
+    }
+
+    /// `user`'s version: raised by every write of the user's rows, by any
+    /// process (0 before the first).
+    pub fn user_version(&self, user: &str) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_opt(r#"SELECT version FROM user_versions WHERE "user" = ?1"#, args![user])?
+            .map(|r| r.int(0))
+            .transpose()?
+            .unwrap_or(0))
+    }
+
+    /// Whether `user` changed other than through this handle since the
+    /// last call: the current version when it did (always on the first
+    /// call), `None` when this handle is in step. A caller holding caches
+    /// of the user refreshes them when it is not. Afterwards the current
+    /// version counts as seen.
+    pub fn changed_elsewhere(&mut self, user: &str) -> Result<Option<i64>> {
+        let v = self.user_version(user)?;
+        let same = self.synced.get(user) == Some(&v);
+        self.synced.insert(user.to_string(), v);
+        Ok((!same).then_some(v))
+    }
+
+    /// The version of `user` this handle is in step with, if known
+    /// ([`Store::changed_elsewhere`] and this handle's own writes since).
+    pub fn seen_version(&self, user: &str) -> Option<i64> {
+        self.synced.get(user).copied()
+    }
+
+    /// Waits for, then holds, the right to process `user`'s messages: one
+    /// holder at a time across every process on a PostgreSQL store
+    /// (a session advisory lock, released by [`Store::unlock_user`] or when
+    /// the holder's connection ends, e.g. the process is killed). Waits at
+    /// most `wait`; `Ok(false)` when it did not get it. On SQLite (one
+    /// process per directory serves it) it is always granted.
+    pub fn lock_user(&mut self, user: &str, wait: std::time::Duration) -> Result<bool> {
+        #[cfg(feature = "postgres")]
+        if let Conn::Pg(c) = &self.conn {
+            use crate::sql::{Value, user_lock_key};
+            let key = user_lock_key(user) ^ PROCESSING_LOCK;
+            let deadline = web_time::Instant::now() + wait;
+            loop {
+                let got = c
+                    .borrow_mut()
+                    .run("SELECT pg_try_advisory_lock(?1)", &[Value::Int(key)], true)?
+                    .0
+                    .first()
+                    .map(|r| r.int(0))
+                    .transpose()?
+                    == Some(1);
+                if got {
+                    return Ok(true);
+                }
+                if web_time::Instant::now() >= deadline {
+                    return Ok(false);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        let _ = (user, wait);
+        Ok(true)
+    }
+
+    /// Gives back [`Store::lock_user`].
+    pub fn unlock_user(&mut self, user: &str) -> Result<()> {
+        #[cfg(feature = "postgres")]
+        if let Conn::Pg(c) = &self.conn {
+            use crate::sql::{Value, user_lock_key};
+            c.borrow_mut().run(
+                "SELECT pg_advisory_unlock(?1)",
+                &[Value::Int(user_lock_key(user) ^ PROCESSING_LOCK)],
+                true,
+            )?;
+        }
+        let _ = user;
+        Ok(())
+    }
+
     /// Every live triple of `user` made by `pipeline`, in item order.
     pub fn triples(&self, user: &str, pipeline: &str) -> Result<Vec<Triple>> {
         graph::triples(&self.conn, user, pipeline)
@@ -628,10 +756,7 @@ impl Store {
         // linger in the database file's free pages.
         conn.pragma_update(None, "secure_delete", "ON")?;
         migrate(&mut conn, &path.display().to_string())?;
-        Ok(Store {
-            conn: Conn::Sqlite(conn),
-            dir: Some(dir.to_path_buf()),
-        })
+        Ok(Store::new(Conn::Sqlite(conn), Some(dir.to_path_buf())))
     }
 
     /// Connects to the PostgreSQL database at `url` (`postgres://user:pw@host:port/db`,
@@ -651,10 +776,10 @@ impl Store {
             if let Some(d) = cache_dir {
                 std::fs::create_dir_all(d)?;
             }
-            Ok(Store {
-                conn: Conn::Pg(Box::new(std::cell::RefCell::new(c))),
-                dir: cache_dir.map(Path::to_path_buf),
-            })
+            Ok(Store::new(
+                Conn::Pg(Box::new(std::cell::RefCell::new(c))),
+                cache_dir.map(Path::to_path_buf),
+            ))
         }
         #[cfg(not(feature = "postgres"))]
         {
@@ -704,10 +829,7 @@ impl Store {
         let mut conn = Connection::open_in_memory()?;
         conn.set_prepared_statement_cache_capacity(64);
         migrate(&mut conn, "the in-memory store")?;
-        Ok(Store {
-            conn: Conn::Sqlite(conn),
-            dir: None,
-        })
+        Ok(Store::new(Conn::Sqlite(conn), None))
     }
 
     /// The whole store as bytes: a checksummed snapshot of the database
@@ -773,10 +895,7 @@ impl Store {
             return Err(bad(format!("the database fails its integrity check: {ok}")));
         }
         migrate(&mut conn, "the snapshot")?;
-        Ok(Store {
-            conn: Conn::Sqlite(conn),
-            dir: None,
-        })
+        Ok(Store::new(Conn::Sqlite(conn), None))
     }
 
     /// The memory directory (for a PostgreSQL store, the index cache
@@ -796,7 +915,9 @@ impl Store {
         check_user(user)?;
         let tx = self.conn.begin(Some(user))?;
         let ids = Self::append_in(&tx, user, msgs, now_secs())?;
+        let v = Self::bump(&tx, user)?;
         tx.commit()?;
+        self.wrote(user, v);
         Ok(ids)
     }
 
@@ -918,7 +1039,9 @@ impl Store {
     pub fn commit(&mut self, user: &str, pipeline: &str, step: &Step) -> Result<Vec<i64>> {
         let tx = self.conn.begin(Some(user))?;
         let ids = Self::apply(&tx, user, pipeline, step)?;
+        let v = Self::bump(&tx, user)?;
         tx.commit()?;
+        self.wrote(user, v);
         Ok(ids)
     }
 
@@ -1141,7 +1264,7 @@ impl Store {
         {
             c.pragma_update(None, "synchronous", "NORMAL")?;
         }
-        let res = (|| -> Result<()> {
+        let res = (|| -> Result<i64> {
             let tx = self.conn.begin(Some(user))?;
             #[cfg(feature = "postgres")]
             if let Tx::Pg(_) = &tx {
@@ -1155,14 +1278,17 @@ impl Store {
                     args![id, user, turn],
                 )?;
             }
-            tx.commit()
+            let v = Self::bump(&tx, user)?;
+            tx.commit()?;
+            Ok(v)
         })();
         if let Some(c) = self.conn.sqlite()
             && durable
         {
             c.pragma_update(None, "synchronous", "FULL")?;
         }
-        res
+        self.wrote(user, res?);
+        Ok(())
     }
 
     /// `(id, turn last retrieved)` of every live searchable item of `user`
@@ -1234,7 +1360,9 @@ impl Store {
             r#"INSERT INTO item_changes (item_id, "user", event, old_text, new_text, at) VALUES (?1, ?2, 'forget', ?3, NULL, ?4)"#,
             args![id, user, old, now_secs()],
         )?;
+        let v = Self::bump(&tx, user)?;
         tx.commit()?;
+        self.wrote(user, v);
         Ok(true)
     }
 
@@ -1259,7 +1387,9 @@ impl Store {
             r#"INSERT INTO item_changes (item_id, "user", event, old_text, new_text, at) VALUES (?1, ?2, 'correct', ?3, ?4, ?5)"#,
             args![id, user, old, text, now_secs()],
         )?;
+        let v = Self::bump(&tx, user)?;
         tx.commit()?;
+        self.wrote(user, v);
         Ok(true)
     }
 

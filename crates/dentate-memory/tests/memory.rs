@@ -817,12 +817,13 @@ fn a_v5_store_migrates_and_keeps_its_items() {
         let mut m = open(dir.path(), "hema");
         m.ingest("ann", &conversation()).unwrap();
     }
-    // Make it a v5 store: undo v8's columns and indexes, drop the v7 table
+    // Make it a v5 store: drop v9's table, undo v8's columns and indexes, drop the v7 table
     // and the v6 column, set the version back.
     {
         let c = rusqlite::Connection::open(dir.path().join("memory.db")).unwrap();
         c.execute_batch(
-            "DROP INDEX item_sources_by_message; DROP INDEX item_derivations_by_from; DROP INDEX items_by_parent;
+            "DROP TABLE user_versions;
+             DROP INDEX item_sources_by_message; DROP INDEX item_derivations_by_from; DROP INDEX items_by_parent;
              ALTER TABLE item_sources DROP COLUMN user; ALTER TABLE item_derivations DROP COLUMN user;
              DROP TABLE item_changes; ALTER TABLE items DROP COLUMN last_retrieved; PRAGMA user_version = 5;",
         )

@@ -590,3 +590,86 @@ fn store_locations_parse() {
         "postgres://a@h/x"
     );
 }
+
+/// Versions: a handle's own writes keep it in step; another handle's
+/// write is seen once.
+#[test]
+fn user_versions_tell_a_handle_what_changed_elsewhere() {
+    for e in engines("versions") {
+        let mut a = e.open();
+        let mut b = e.open();
+        assert_eq!(a.user_version("ann").unwrap(), 0, "{}", e.name);
+        assert_eq!(a.changed_elsewhere("ann").unwrap(), Some(0), "{}: first look", e.name);
+        assert_eq!(a.changed_elsewhere("ann").unwrap(), None, "{}", e.name);
+        let m = a.append_messages("ann", &conversation()).unwrap();
+        a.commit("ann", "p", &Step::default()).unwrap();
+        assert_eq!(a.changed_elsewhere("ann").unwrap(), None, "{}: own writes", e.name);
+        assert_eq!(a.user_version("ann").unwrap(), 2, "{}", e.name);
+        b.erase_source("ann", m[0]).unwrap();
+        assert_eq!(
+            a.changed_elsewhere("ann").unwrap(),
+            Some(3),
+            "{}: the other's write",
+            e.name
+        );
+        assert_eq!(a.changed_elsewhere("ann").unwrap(), None, "{}", e.name);
+        // Another user's writes are not this user's.
+        b.append_messages("bob", &conversation()).unwrap();
+        assert_eq!(a.changed_elsewhere("ann").unwrap(), None, "{}", e.name);
+        // Processing: one holder at a time (PostgreSQL); SQLite grants it.
+        assert!(a.lock_user("ann", std::time::Duration::ZERO).unwrap());
+        let other = b.lock_user("ann", std::time::Duration::from_millis(50)).unwrap();
+        assert_eq!(other, e.name == "sqlite", "{}", e.name);
+        a.unlock_user("ann").unwrap();
+        assert!(
+            b.lock_user("ann", std::time::Duration::from_millis(50)).unwrap(),
+            "{}",
+            e.name
+        );
+        drop(b);
+        // A dropped connection lets go (a killed worker).
+        assert!(
+            a.lock_user("ann", std::time::Duration::from_secs(5)).unwrap(),
+            "{}",
+            e.name
+        );
+    }
+}
+
+/// Two memories on one store (two workers): what one ingests, corrects
+/// and forgets, the other answers with at its next request, though it
+/// had the user loaded.
+#[test]
+fn a_second_memory_on_the_same_store_serves_the_same_answers() {
+    for e in engines("workers") {
+        let open = |cache: &str| {
+            let store = match &e.loc {
+                StoreLocation::Sqlite(_) => e.open(),
+                StoreLocation::Postgres(_) => e.loc.open(Some(&e._dir.path().join(cache))).unwrap(),
+            };
+            Memory::with_store(store, PipelineKind::parse("rag").unwrap(), embedder(), None)
+        };
+        let (mut a, mut b) = (open("a"), open("b"));
+        a.ingest("ann", &conversation()[..3]).unwrap();
+        let q = "Which city is Clara moving to?";
+        let hit = b.retrieve("ann", q, 1).unwrap().remove(0);
+        assert!(hit.item.text.contains("Lisbon"), "{}", e.name);
+        a.ingest("ann", &conversation()[3..]).unwrap();
+        let hit2 = b.retrieve("ann", "What did Bob repair?", 1).unwrap().remove(0);
+        assert!(
+            hit2.item.text.contains("bicycle"),
+            "{}: appended on a, found on b",
+            e.name
+        );
+        a.correct("ann", hit.item.id, "My sister Clara is moving to Porto instead.")
+            .unwrap();
+        let hit3 = b.retrieve("ann", q, 1).unwrap().remove(0);
+        assert!(hit3.item.text.contains("Porto"), "{}: {}", e.name, hit3.item.text);
+        a.forget("ann", hit3.item.id).unwrap();
+        let ids: Vec<i64> = b.retrieve("ann", q, 6).unwrap().iter().map(|h| h.item.id).collect();
+        assert!(!ids.contains(&hit3.item.id), "{}: forgotten on a, gone on b", e.name);
+        // Same answers from both.
+        let a_ids: Vec<i64> = a.retrieve("ann", q, 6).unwrap().iter().map(|h| h.item.id).collect();
+        assert_eq!(a_ids, ids, "{}", e.name);
+    }
+}

@@ -87,6 +87,7 @@ impl From<MemoryError> for ServeError {
             MemoryError::NotFound { id, .. } => ServeError::NotFound(format!("no memory {id}")),
             MemoryError::Llm(e) => ServeError::Upstream(format!("language model: {e}")),
             MemoryError::Embed(e) => ServeError::Upstream(format!("embedder: {e}")),
+            MemoryError::Busy(_) => ServeError::Unavailable("the user is being processed by another worker".into()),
             other => ServeError::Internal(other.to_string()),
         }
     }

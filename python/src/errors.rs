@@ -80,7 +80,7 @@ pub fn memory(e: dentate_memory::MemoryError) -> PyErr {
     match e {
         E::Index(e) => core(e),
         E::Embed(e) => embed(e),
-        E::Store(_) => exc::StoreError::new_err(e.to_string()),
+        E::Store(_) | E::Postgres(_) | E::Busy(_) => exc::StoreError::new_err(e.to_string()),
         E::Io(_) => exc::IoError::new_err(e.to_string()),
         E::Llm(dentate_memory::LlmError::Config { .. }) => exc::InvalidParameterError::new_err(e.to_string()),
         E::Llm(_) => exc::LlmError::new_err(e.to_string()),

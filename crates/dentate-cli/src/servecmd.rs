@@ -14,15 +14,20 @@ use std::time::Duration;
 /// environment variables, then the `--config` file, then defaults.
 #[derive(Args, Debug, Clone)]
 pub struct ServiceArgs {
-    /// TOML configuration file (keys: dir, bind, pipelines, embedder,
+    /// TOML configuration file (keys: dir, store, bind, pipelines, embedder,
     /// slots, workers, queue, loaded_users, save_after_secs,
     /// shutdown_grace_secs, tenant,
     /// [llm] url/model/key_env).
     #[arg(long, env = "DENTATE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Memory directory.
+    /// Memory directory (with --store postgres://…: this server's index
+    /// caches only).
     #[arg(long, env = "DENTATE_DIR")]
     pub dir: Option<PathBuf>,
+    /// Where the store lives: sqlite:DIR (default: the SQLite store in
+    /// --dir) or a postgres:// URL that any number of servers share.
+    #[arg(long, env = "DENTATE_STORE")]
+    pub store: Option<String>,
     /// Pipelines, comma-separated (default rag): rag, hema, nemori, amory, premem.
     #[arg(long, env = "DENTATE_PIPELINES")]
     pub pipelines: Option<String>,
@@ -73,8 +78,11 @@ pub enum KeysCommand {
     /// Make a key; prints it on standard output (shown once, stored hashed).
     Create {
         /// Memory directory of the server.
-        #[arg(long)]
-        dir: PathBuf,
+        #[arg(long, required_unless_present = "store")]
+        dir: Option<PathBuf>,
+        /// The server's store, when not in --dir (a postgres:// URL).
+        #[arg(long, env = "DENTATE_STORE")]
+        store: Option<String>,
         /// The tenant the key is scoped to.
         #[arg(long)]
         tenant: String,
@@ -85,14 +93,20 @@ pub enum KeysCommand {
     /// List keys (ids, tenants, roles; never secrets).
     List {
         /// Memory directory of the server.
-        #[arg(long)]
-        dir: PathBuf,
+        #[arg(long, required_unless_present = "store")]
+        dir: Option<PathBuf>,
+        /// The server's store, when not in --dir (a postgres:// URL).
+        #[arg(long, env = "DENTATE_STORE")]
+        store: Option<String>,
     },
     /// Revoke a key by id (or by the key itself); takes effect at once.
     Revoke {
         /// Memory directory of the server.
-        #[arg(long)]
-        dir: PathBuf,
+        #[arg(long, required_unless_present = "store")]
+        dir: Option<PathBuf>,
+        /// The server's store, when not in --dir (a postgres:// URL).
+        #[arg(long, env = "DENTATE_STORE")]
+        store: Option<String>,
         /// The key's id (as `keys list` shows it) or the key.
         id: String,
     },
@@ -116,6 +130,9 @@ fn resolve(a: &ServiceArgs) -> Res<Resolved> {
         .or_else(|| file.dir.clone())
         .ok_or("a memory directory is required: --dir DIR, DENTATE_DIR or `dir` in --config")?;
     let mut engine = EngineConfig::new(dir);
+    if let Some(loc) = a.store.as_deref().or(file.store.as_deref()) {
+        engine.store = Some(dentate_memory::StoreLocation::parse(loc)?);
+    }
     if let Some(p) = a.pipelines.as_deref() {
         engine.pipelines = p
             .split(',')
@@ -236,11 +253,26 @@ pub fn mcp(a: &McpArgs) -> Res<()> {
     })
 }
 
+/// The registry of `--store`, else of the SQLite store in `--dir`.
+fn registry(dir: Option<PathBuf>, store: Option<String>) -> Res<Registry> {
+    let loc = match (store, dir) {
+        (Some(s), _) => dentate_memory::StoreLocation::parse(&s)?,
+        (None, Some(d)) => dentate_memory::StoreLocation::Sqlite(d),
+        (None, None) => return Err("--dir DIR or --store LOCATION is required".into()),
+    };
+    Ok(Registry::at(&loc)?)
+}
+
 /// `dentate keys …`.
 pub fn keys(c: KeysCommand) -> Res<()> {
     match c {
-        KeysCommand::Create { dir, tenant, role } => {
-            let reg = Registry::open(&dir)?;
+        KeysCommand::Create {
+            dir,
+            store,
+            tenant,
+            role,
+        } => {
+            let reg = registry(dir, store)?;
             let (info, key) = reg.create_key(&tenant, Role::parse(&role)?)?;
             eprintln!(
                 "key {} for tenant `{}` ({}); it is shown once:",
@@ -250,8 +282,8 @@ pub fn keys(c: KeysCommand) -> Res<()> {
             );
             println!("{key}");
         }
-        KeysCommand::List { dir } => {
-            let reg = Registry::open(&dir)?;
+        KeysCommand::List { dir, store } => {
+            let reg = registry(dir, store)?;
             println!("{:<14} {:<20} {:<6} {:<12} revoked", "id", "tenant", "role", "created");
             for k in reg.keys()? {
                 println!(
@@ -264,8 +296,8 @@ pub fn keys(c: KeysCommand) -> Res<()> {
                 );
             }
         }
-        KeysCommand::Revoke { dir, id } => {
-            let reg = Registry::open(&dir)?;
+        KeysCommand::Revoke { dir, store, id } => {
+            let reg = registry(dir, store)?;
             if !reg.revoke(&id)? {
                 return Err(format!("no live key `{id}`").into());
             }

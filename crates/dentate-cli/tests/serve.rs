@@ -18,20 +18,22 @@ struct Running {
 }
 
 fn start(dir: &Path) -> Running {
+    start_on(dir, None)
+}
+
+/// A server with its index caches in `dir` and its store at `store` (a
+/// PostgreSQL URL several servers share), or in `dir`.
+fn start_on(dir: &Path, store: Option<&str>) -> Running {
     let mut c: Command = dentate();
-    c.args([
-        "serve",
-        "--bind",
-        "127.0.0.1:0",
-        "--slots",
-        "2",
-        "--workers",
-        "1",
-        "--dir",
-    ])
-    .arg(dir)
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    if let Some(s) = store {
+        c.args(["serve", "--store", s]);
+    } else {
+        c.arg("serve");
+    }
+    c.args(["--bind", "127.0.0.1:0", "--slots", "2", "--workers", "1", "--dir"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
@@ -187,4 +189,129 @@ fn sigterm_shuts_down_gracefully_and_a_restart_finishes_the_queue() {
     let mut child = s.child;
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// A fresh PostgreSQL database for one test, or `None` (with a note) when
+/// the run has no server; `DENTATE_REQUIRE_POSTGRES` makes that a failure.
+fn postgres_db(tag: &str) -> Option<String> {
+    match std::env::var("DENTATE_TEST_POSTGRES") {
+        Ok(admin) if !admin.is_empty() => {
+            let name = format!("dentate_serve_{tag}_{}", std::process::id());
+            Some(dentate_memory::Store::create_database(&admin, &name).unwrap())
+        }
+        _ => {
+            assert!(
+                std::env::var_os("DENTATE_REQUIRE_POSTGRES").is_none(),
+                "DENTATE_REQUIRE_POSTGRES is set but DENTATE_TEST_POSTGRES is not"
+            );
+            eprintln!("{tag}: no PostgreSQL (DENTATE_TEST_POSTGRES); skipped");
+            None
+        }
+    }
+}
+
+fn search_ids(url: &str, user: &str, query: &str) -> Vec<i64> {
+    let (st, v) = post(
+        &format!("{url}/v1/users/{user}/search"),
+        &json!({"query": query, "k": 5}),
+    );
+    assert_eq!(st, 200, "{v}");
+    v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect()
+}
+
+/// Two servers on one PostgreSQL database: what is appended on one is
+/// searched on the other with the same answers; a correction on one is
+/// what the other serves next.
+#[test]
+fn two_servers_on_one_postgres_database_serve_the_same_users() {
+    let Some(db) = postgres_db("two") else { return };
+    let (da, db_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = start_on(da.path(), Some(&db));
+    let b = start_on(db_dir.path(), Some(&db));
+    let (st, v) = post(&format!("{}/v1/users/ann/messages", a.url), &batch(0, 0, 50));
+    assert_eq!(st, 202, "{v}");
+    wait_idle(&a.url, &[v["job_id"].as_i64().unwrap()]);
+    // The job is visible from the other server too.
+    assert_eq!(get(&format!("{}/v1/jobs/{}", b.url, v["job_id"])).1["state"], "done");
+    let q = "which flat has the kettle that whistles";
+    let on_a = search_ids(&a.url, "ann", q);
+    assert_eq!(on_a.len(), 5);
+    assert_eq!(search_ids(&b.url, "ann", q), on_a, "same answers from both servers");
+    // Appends on b, found on a; lists agree.
+    let (st, v) = post(
+        &format!("{}/v1/users/ann/messages", b.url),
+        &json!({"messages": [
+            {"content": "The violin teacher moved her lessons to Thursday evenings.", "id": "extra-1"}
+        ]}),
+    );
+    assert_eq!(st, 202, "{v}");
+    wait_idle(&b.url, &[v["job_id"].as_i64().unwrap()]);
+    let hit = search_ids(&a.url, "ann", "When are the violin lessons?")[0];
+    let (_, m) = get(&format!("{}/v1/users/ann/memories/{hit}", a.url));
+    assert!(m["text"].as_str().unwrap().contains("violin"), "{m}");
+    // A correction on a is what b serves next (b had the user loaded).
+    let mut r = agent()
+        .put(&format!("{}/v1/users/ann/memories/{hit}", a.url))
+        .send_json(json!({"text": "The violin lessons are on Friday mornings now."}))
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.body_mut().read_to_string());
+    let (_, m) = get(&format!("{}/v1/users/ann/memories/{hit}", b.url));
+    assert!(m["text"].as_str().unwrap().contains("Friday"), "{m}");
+    check_exactly_once(&b.url, "ann", 51);
+    for mut s in [a, b] {
+        s.child.kill().unwrap();
+        s.child.wait().unwrap();
+    }
+}
+
+/// `kill -9` of one of two servers on one PostgreSQL database while its
+/// jobs are running: the other adopts them and finishes every message
+/// exactly once.
+#[test]
+fn kill_9_of_one_server_the_other_finishes_its_jobs() {
+    let Some(db) = postgres_db("kill") else { return };
+    let (da, db_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let b = start_on(db_dir.path(), Some(&db));
+    let mut appended = [0usize; 3];
+    let mut jobs = Vec::new();
+    let mut per_batch = 400;
+    let mut landed = false;
+    for attempt in 0..4 {
+        let mut a = start_on(da.path(), Some(&db));
+        for k in 0..6 {
+            let user = k % 3;
+            let (st, v) = post(
+                &format!("{}/v1/users/k{user}/messages", a.url),
+                &batch(user, attempt * 10 + k, per_batch),
+            );
+            assert_eq!(st, 202, "{v}");
+            appended[user] += per_batch;
+            jobs.push(v["job_id"].as_i64().unwrap());
+        }
+        let unfinished = jobs
+            .iter()
+            .filter(|j| get(&format!("{}/v1/jobs/{j}", a.url)).1["state"] != "done")
+            .count();
+        a.child.kill().unwrap(); // SIGKILL
+        a.child.wait().unwrap();
+        if unfinished > 0 {
+            landed = true;
+            break;
+        }
+        per_batch *= 2;
+    }
+    assert!(landed, "every kill came after ingestion had finished");
+    // b never restarted: it adopts what a left.
+    wait_idle(&b.url, &jobs);
+    for (user, n) in appended.iter().enumerate() {
+        check_exactly_once(&b.url, &format!("k{user}"), *n);
+    }
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
 }

@@ -20,6 +20,7 @@
 
 pub mod amory;
 pub mod dates;
+pub mod dump;
 pub mod erase;
 mod error;
 pub mod eval;
@@ -32,7 +33,7 @@ pub mod nemori;
 pub mod pipeline;
 pub mod premem;
 pub mod rag;
-mod sql;
+pub mod sql;
 pub mod store;
 pub mod summarize;
 pub mod text;
@@ -41,6 +42,7 @@ pub mod tokens;
 pub mod vecmem;
 
 pub use amory::{Amory, AmoryConfig};
+pub use dump::DumpCounts;
 pub use erase::{Change, Erased, ItemRecord};
 pub use error::{MemoryError, Result};
 /// The LoCoMo reader and the evaluation metrics, at the paths they have

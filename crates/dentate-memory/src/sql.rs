@@ -10,6 +10,9 @@
 //! [`Row`]s of them, with typed getters that turn a mismatch into an
 //! error rather than a panic.
 //!
+//! The service's registry (`dentate-serve`) keeps its tables through the
+//! same layer, so that it lives on whichever engine the store does.
+//!
 //! A write transaction ([`Conn::begin`]) excludes other writers of the
 //! same user: SQLite's `BEGIN IMMEDIATE` takes the database's one write
 //! lock; on PostgreSQL a transaction-scoped advisory lock keyed by the
@@ -20,7 +23,7 @@ use crate::error::{MemoryError, Result};
 
 /// One SQL value: what a parameter is bound to and a column reads as.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Value {
+pub enum Value {
     /// SQL NULL.
     Null,
     /// An integer (any width).
@@ -82,16 +85,17 @@ impl From<&Option<i64>> for Value {
     }
 }
 
-/// The parameters of a statement: `args![a, b, …]` converts each with
-/// `Value::from`.
-macro_rules! args {
+/// The parameters of a statement: `sql_args![a, b, …]` converts each with
+/// `Value::from` (also `dentate_memory::sql::args!`).
+#[macro_export]
+macro_rules! sql_args {
     ($($e:expr),* $(,)?) => { &[$($crate::sql::Value::from($e)),*][..] };
 }
-pub(crate) use args;
+pub use crate::sql_args as args;
 
 /// One result row.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Row(pub(crate) Vec<Value>);
+pub struct Row(pub(crate) Vec<Value>);
 
 impl Row {
     fn at(&self, i: usize) -> Result<&Value> {
@@ -112,7 +116,7 @@ impl Row {
     }
 
     /// Column `i` as an integer.
-    pub(crate) fn int(&self, i: usize) -> Result<i64> {
+    pub fn int(&self, i: usize) -> Result<i64> {
         match self.at(i)? {
             Value::Int(v) => Ok(*v),
             _ => Err(self.mismatch(i, "an integer")),
@@ -120,7 +124,7 @@ impl Row {
     }
 
     /// Column `i` as an integer or NULL.
-    pub(crate) fn opt_int(&self, i: usize) -> Result<Option<i64>> {
+    pub fn opt_int(&self, i: usize) -> Result<Option<i64>> {
         match self.at(i)? {
             Value::Null => Ok(None),
             Value::Int(v) => Ok(Some(*v)),
@@ -129,7 +133,7 @@ impl Row {
     }
 
     /// Column `i` as text.
-    pub(crate) fn text(&self, i: usize) -> Result<String> {
+    pub fn text(&self, i: usize) -> Result<String> {
         match self.at(i)? {
             Value::Text(v) => Ok(v.clone()),
             _ => Err(self.mismatch(i, "text")),
@@ -137,7 +141,7 @@ impl Row {
     }
 
     /// Column `i` as text or NULL.
-    pub(crate) fn opt_text(&self, i: usize) -> Result<Option<String>> {
+    pub fn opt_text(&self, i: usize) -> Result<Option<String>> {
         match self.at(i)? {
             Value::Null => Ok(None),
             Value::Text(v) => Ok(Some(v.clone())),
@@ -146,7 +150,7 @@ impl Row {
     }
 
     /// Column `i` as bytes or NULL.
-    pub(crate) fn opt_blob(&self, i: usize) -> Result<Option<&[u8]>> {
+    pub fn opt_blob(&self, i: usize) -> Result<Option<&[u8]>> {
         match self.at(i)? {
             Value::Null => Ok(None),
             Value::Blob(v) => Ok(Some(v)),
@@ -156,7 +160,7 @@ impl Row {
 }
 
 /// Runs statements: a connection or a transaction on it.
-pub(crate) trait Sql {
+pub trait Sql {
     /// Runs `sql` with `args`; the rows it returns when `rows`, else the
     /// number of rows it changed.
     fn run(&self, sql: &str, args: &[Value], rows: bool) -> Result<(Vec<Row>, u64)>;
@@ -190,7 +194,7 @@ pub(crate) trait Sql {
 }
 
 /// The store's connection to its engine.
-pub(crate) enum Conn {
+pub enum Conn {
     /// The embedded SQLite database.
     Sqlite(rusqlite::Connection),
     /// A PostgreSQL server.
@@ -275,7 +279,7 @@ impl Sql for Conn {
 
 /// A write transaction: commits with [`Tx::commit`], rolls back when
 /// dropped uncommitted.
-pub(crate) enum Tx<'a> {
+pub enum Tx<'a> {
     /// SQLite: `BEGIN IMMEDIATE`.
     Sqlite(rusqlite::Transaction<'a>),
     /// PostgreSQL: `BEGIN`, then the user's advisory lock.
@@ -286,7 +290,7 @@ pub(crate) enum Tx<'a> {
 /// A PostgreSQL transaction on a connection it borrows for its life;
 /// rolled back when dropped uncommitted.
 #[cfg(feature = "postgres")]
-pub(crate) struct PgTx<'a> {
+pub struct PgTx<'a> {
     conn: &'a std::cell::RefCell<pg::PgConn>,
     done: bool,
 }
@@ -306,7 +310,7 @@ impl Conn {
     /// Begins a write transaction. `user`, when given, names the user
     /// whose data it writes: other writers of that user wait (SQLite:
     /// every writer waits, the database has one write lock).
-    pub(crate) fn begin(&mut self, user: Option<&str>) -> Result<Tx<'_>> {
+    pub fn begin(&mut self, user: Option<&str>) -> Result<Tx<'_>> {
         match self {
             Conn::Sqlite(c) => {
                 let _ = user;
@@ -323,7 +327,7 @@ impl Conn {
     }
 
     /// The SQLite connection, when this is one (pragmas, snapshots).
-    pub(crate) fn sqlite(&self) -> Option<&rusqlite::Connection> {
+    pub fn sqlite(&self) -> Option<&rusqlite::Connection> {
         match self {
             Conn::Sqlite(c) => Some(c),
             #[cfg(feature = "postgres")]
@@ -332,7 +336,7 @@ impl Conn {
     }
 
     /// [`Conn::sqlite`], mutable.
-    pub(crate) fn sqlite_mut(&mut self) -> Option<&mut rusqlite::Connection> {
+    pub fn sqlite_mut(&mut self) -> Option<&mut rusqlite::Connection> {
         match self {
             Conn::Sqlite(c) => Some(c),
             #[cfg(feature = "postgres")]
@@ -340,8 +344,32 @@ impl Conn {
         }
     }
 
+    /// Connects to a PostgreSQL server (feature `postgres`).
+    pub fn connect(url: &str) -> Result<Conn> {
+        #[cfg(feature = "postgres")]
+        {
+            Ok(Conn::Pg(Box::new(std::cell::RefCell::new(pg::PgConn::connect(url)?))))
+        }
+        #[cfg(not(feature = "postgres"))]
+        {
+            let _ = url;
+            Err(MemoryError::Invalid(
+                "this build has no PostgreSQL engine (feature `postgres`)".into(),
+            ))
+        }
+    }
+
+    /// Runs statements without parameters (schema), outside a transaction.
+    pub fn batch(&mut self, sql: &str) -> Result<()> {
+        match self {
+            Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            #[cfg(feature = "postgres")]
+            Conn::Pg(c) => c.get_mut().batch(sql),
+        }
+    }
+
     /// Which engine this is: `sqlite` or `postgres`.
-    pub(crate) fn engine(&self) -> &'static str {
+    pub fn engine(&self) -> &'static str {
         match self {
             Conn::Sqlite(_) => "sqlite",
             #[cfg(feature = "postgres")]
@@ -351,8 +379,17 @@ impl Conn {
 }
 
 impl Tx<'_> {
+    /// Runs statements without parameters (schema) in the transaction.
+    pub fn batch(&self, sql: &str) -> Result<()> {
+        match self {
+            Tx::Sqlite(t) => Ok(t.execute_batch(sql)?),
+            #[cfg(feature = "postgres")]
+            Tx::Pg(t) => t.conn.borrow_mut().batch(sql),
+        }
+    }
+
     /// Commits.
-    pub(crate) fn commit(self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
         match self {
             Tx::Sqlite(t) => Ok(t.commit()?),
             #[cfg(feature = "postgres")]
@@ -413,7 +450,7 @@ pub(crate) fn user_lock_key(user: &str) -> i64 {
 }
 
 #[cfg(feature = "postgres")]
-pub(crate) mod pg {
+pub mod pg {
     //! The PostgreSQL connection: statements prepared once per connection
     //! and kept, values converted by type, transactions by hand (so that a
     //! transaction can share the connection's `RefCell`).
@@ -432,7 +469,7 @@ pub(crate) mod pg {
     const CACHE: usize = 256;
 
     /// One connection to the server.
-    pub(crate) struct PgConn {
+    pub struct PgConn {
         client: Client,
         cache: HashMap<String, Statement>,
         /// The URL it was opened with, password removed (for messages).

@@ -1165,7 +1165,7 @@ fn internal_users(dir: &std::path::Path, users: usize) -> Res<Vec<String>> {
         dir.join("service.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    let mut st = db.prepare("SELECT id FROM users WHERE tenant = 'default' AND external = ?1")?;
+    let mut st = db.prepare("SELECT id FROM service_users WHERE tenant = 'default' AND external = ?1")?;
     (0..users)
         .map(|u| {
             let id: i64 = st

@@ -45,6 +45,8 @@ pub struct LlmConfig {
 pub struct FileConfig {
     /// Memory directory.
     pub dir: Option<PathBuf>,
+    /// Store location (`sqlite:DIR` or a `postgres://` URL).
+    pub store: Option<String>,
     /// Address to listen on.
     pub bind: Option<String>,
     /// Pipelines.

@@ -53,8 +53,12 @@ use std::time::{Duration, Instant};
 /// [`crate::FileConfig`]).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// The memory directory.
+    /// The memory directory: the store and its index files, or, with a
+    /// PostgreSQL `store`, this server's index caches only.
     pub dir: PathBuf,
+    /// Where the store lives when not in `dir` (a PostgreSQL database
+    /// several servers share); `None`: the SQLite store in `dir`.
+    pub store: Option<dentate_memory::StoreLocation>,
     /// Pipelines every message goes through (the first answers by default).
     pub pipelines: Vec<String>,
     /// Concurrent blocking operations (each holds one set of handles).
@@ -71,6 +75,19 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
+    /// Where the store is: `store`, or the SQLite store in `dir`.
+    pub fn location(&self) -> dentate_memory::StoreLocation {
+        self.store
+            .clone()
+            .unwrap_or_else(|| dentate_memory::StoreLocation::Sqlite(self.dir.clone()))
+    }
+
+    /// Whether other servers may share the store (PostgreSQL): then this
+    /// one adopts work they leave unfinished.
+    pub fn shared(&self) -> bool {
+        matches!(self.store, Some(dentate_memory::StoreLocation::Postgres(_)))
+    }
+
     /// Defaults for `dir`: the RAG pipeline, one slot per core (at least
     /// 2), one worker per two slots, a queue of 1,024, 256 loaded users,
     /// index files written 30 s after a change.
@@ -79,6 +96,7 @@ impl EngineConfig {
         let slots = cores.max(2);
         EngineConfig {
             dir,
+            store: None,
             pipelines: vec!["rag".into()],
             slots,
             workers: (slots / 2).max(1),
@@ -106,6 +124,8 @@ const PERSIST_PACE: u32 = 9;
 /// How long work on a user waits for a slot holding the user (or its home
 /// slot) before it takes any free slot and loads the user there.
 pub const REROUTE_AFTER: Duration = Duration::from_millis(250);
+/// How often a server on a shared store looks for jobs other servers left.
+pub const ADOPT_EVERY: Duration = Duration::from_secs(1);
 
 struct UserState {
     lock: Arc<tokio::sync::RwLock<()>>,
@@ -253,6 +273,8 @@ pub struct Engine {
     released: tokio::sync::Notify,
     users: Mutex<HashMap<String, Arc<UserState>>>,
     queue: Mutex<VecDeque<i64>>,
+    /// Jobs a worker of this server is running.
+    running: Mutex<std::collections::HashSet<i64>>,
     wake: tokio::sync::Notify,
     progress: Mutex<HashMap<i64, (usize, usize)>>,
     /// Counters and latencies.
@@ -261,6 +283,15 @@ pub struct Engine {
     busy_workers: AtomicUsize,
     /// Mean seconds per ingest run (for `Retry-After`), in microseconds.
     run_micros: AtomicU64,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // The slots' stores may hold PostgreSQL connections, whose closing
+        // blocks: the last handle may go on a runtime thread.
+        let slots = std::mem::take(&mut self.slots);
+        crate::registry::blocking(move || drop(slots));
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -390,7 +421,7 @@ impl Engine {
                 "slots, workers and queue must be at least 1".into(),
             ));
         }
-        let registry = Registry::open(&cfg.dir)?;
+        let registry = Registry::at(&cfg.location())?;
         let queries = Arc::new(QueryEmbedder::new(embedder, cfg.slots));
         let embedder: Arc<dyn Embedder> = queries.clone();
         let mut pool = Vec::with_capacity(cfg.slots);
@@ -409,6 +440,7 @@ impl Engine {
             next_slot: AtomicUsize::new(0),
             users: Mutex::new(HashMap::new()),
             queue: Mutex::new(VecDeque::new()),
+            running: Mutex::new(std::collections::HashSet::new()),
             wake: tokio::sync::Notify::new(),
             progress: Mutex::new(HashMap::new()),
             metrics: Metrics::default(),
@@ -431,7 +463,8 @@ impl Engine {
         let mems = kinds
             .iter()
             .map(|k| {
-                let mut m = Memory::open(&cfg.dir, k.clone(), embedder.clone(), llm.clone())?;
+                let store = cfg.location().open(Some(&cfg.dir))?;
+                let mut m = Memory::with_store(store, k.clone(), embedder.clone(), llm.clone());
                 m.defer_saves(true);
                 Ok(m)
             })
@@ -1184,7 +1217,46 @@ impl Engine {
             .collect();
         let e = self.clone();
         tasks.push(tokio::spawn(async move { e.persister().await }));
+        if self.cfg.shared() {
+            let e = self.clone();
+            tasks.push(tokio::spawn(async move { e.adopter().await }));
+        }
         tasks
+    }
+
+    /// On a store other servers share: every [`ADOPT_EVERY`], queues the
+    /// unfinished jobs this server neither queued nor runs — jobs of a
+    /// server that was killed or stopped, or that a busy run here skipped.
+    /// Processing takes the user's lock in the database, so a job another
+    /// live server is running is skipped, not run twice.
+    async fn adopter(self: Arc<Self>) {
+        while !self.closing() {
+            tokio::time::sleep(ADOPT_EVERY).await;
+            let this = self.clone();
+            let found = tokio::task::spawn_blocking(move || this.registry.unfinished_jobs()).await;
+            let jobs = match found {
+                Ok(Ok(j)) => j,
+                Ok(Err(e)) => {
+                    log::warn!("adopting jobs: {e}");
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            let running = self.running.lock().map(|r| r.clone()).unwrap_or_default();
+            let mut added = false;
+            if let Ok(mut q) = self.queue.lock() {
+                for j in jobs {
+                    if !running.contains(&j.id) && !q.contains(&j.id) {
+                        q.push_back(j.id);
+                        added = true;
+                    }
+                }
+            }
+            if added {
+                self.wake.notify_waiters();
+                self.metrics.set_queue_depth(self.queue_depth());
+            }
+        }
     }
 
     /// Writes index files that have been unsaved for `save_after`, one user
@@ -1289,8 +1361,14 @@ impl Engine {
             }
             self.metrics.set_queue_depth(self.queue_depth());
             self.busy_workers.fetch_add(1, Ordering::SeqCst);
+            if let Ok(mut r) = self.running.lock() {
+                r.insert(id);
+            }
             if let Err(e) = self.run_job(id).await {
                 log::warn!("ingest job {id}: {e}");
+            }
+            if let Ok(mut r) = self.running.lock() {
+                r.remove(&id);
             }
             self.busy_workers.fetch_sub(1, Ordering::SeqCst);
             self.metrics.set_queue_depth(self.queue_depth());
@@ -1327,10 +1405,14 @@ impl Engine {
                             p.insert(id, (done, total));
                         }
                     };
-                    let r = m.process(&internal, &mut report)?;
+                    // Another server processing this user now: leave the
+                    // job; it is adopted again once that run ends.
+                    let Some(r) = m.try_process(&internal, &mut report)? else {
+                        return Ok(None);
+                    };
                     processed = processed.max(r.messages);
                 }
-                Ok((last, processed))
+                Ok(Some((last, processed)))
             })
             .await;
         if let Ok(mut p) = self.progress.lock() {
@@ -1342,7 +1424,8 @@ impl Engine {
         self.run_micros
             .store(if prev == 0 { now } else { (prev * 7 + now) / 8 }, Ordering::Relaxed);
         match out {
-            Ok((last, processed)) => {
+            Ok(None) => Ok(()),
+            Ok(Some((last, processed))) => {
                 let n = self.registry.finish_jobs(user_id, Some(last), "done", None)?;
                 self.metrics.job_finished("done", n, processed, secs);
                 // Jobs this run covered are done; keep the rest queued.

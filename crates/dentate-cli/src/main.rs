@@ -9,6 +9,7 @@ mod report;
 mod rustdocs;
 mod servecmd;
 mod shared;
+mod storecmd;
 mod tune;
 
 use clap::{Parser, Subcommand};
@@ -68,6 +69,10 @@ enum Command {
     /// API keys of a memory service.
     #[command(subcommand)]
     Keys(servecmd::KeysCommand),
+    /// The memory store: migrate, export and import a user, copy between
+    /// SQLite and PostgreSQL.
+    #[command(subcommand)]
+    Store(storecmd::StoreCommand),
     /// Print the compute backends and SIMD paths of this machine.
     Info,
 }
@@ -117,7 +122,7 @@ fn main() -> ExitCode {
         None => dentate_gpu::BackendChoice::from_env(),
     };
     // The backend every index of this run uses (fetching a model needs none).
-    if !matches!(cli.command, Command::Model(_) | Command::Keys(_))
+    if !matches!(cli.command, Command::Model(_) | Command::Keys(_) | Command::Store(_))
         && let Err(e) = choice.and_then(dentate_gpu::install_backend)
     {
         eprintln!("error: {e}");
@@ -145,6 +150,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => servecmd::serve(&a),
         Command::Mcp(a) => servecmd::mcp(&a),
         Command::Keys(c) => servecmd::keys(c),
+        Command::Store(c) => storecmd::store(c),
         Command::Info => {
             commands::info();
             Ok(())

@@ -315,3 +315,75 @@ fn kill_9_of_one_server_the_other_finishes_its_jobs() {
     b.child.kill().unwrap();
     b.child.wait().unwrap();
 }
+
+/// `dentate store copy` moves a served memory from its SQLite directory
+/// to PostgreSQL with its service users and keys: a server on the copy
+/// answers the same key with the same memories, and `store export` reads
+/// the same rows from both.
+#[test]
+fn store_copy_moves_a_served_memory_to_postgres() {
+    let Some(db) = postgres_db("copy") else { return };
+    let (dir, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut s = start(dir.path());
+    let (st, v) = post(&format!("{}/v1/users/ann/messages", s.url), &batch(0, 0, 30));
+    assert_eq!(st, 202, "{v}");
+    wait_idle(&s.url, &[v["job_id"].as_i64().unwrap()]);
+    let q = "the kettle in flat 3";
+    let before = search_ids(&s.url, "ann", q);
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    let run = |args: &[&str]| {
+        let out = dentate().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let sqlite = format!("sqlite:{}", dir.path().display());
+    let key = String::from_utf8(run(&["keys", "create", "--store", &sqlite, "--tenant", "default"]).stdout).unwrap();
+    let out = run(&["store", "copy", "--from", &sqlite, "--to", &db]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("1 users, 1 keys") && said.contains("30 messages"),
+        "{said}"
+    );
+    // A second copy is refused: nothing is copied twice.
+    assert!(
+        !dentate()
+            .args(["store", "copy", "--from", &sqlite, "--to", &db])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut p = start_on(cache.path(), Some(&db));
+    let mut r = agent()
+        .post(&format!("{}/v1/users/ann/search", p.url))
+        .header("Authorization", &format!("Bearer {}", key.trim()))
+        .send_json(json!({"query": q, "k": 5}))
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let body: Value = r.body_mut().read_json().unwrap();
+    let after: Vec<i64> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(after, before, "same memories from the copy");
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+    let rows = |loc: &str| {
+        let out = run(&[
+            "store", "export", "--store", loc, "--user", "ann", "--tenant", "default",
+        ]);
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rows(&sqlite), rows(&db));
+}

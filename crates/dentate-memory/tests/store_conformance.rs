@@ -673,3 +673,82 @@ fn a_second_memory_on_the_same_store_serves_the_same_answers() {
         assert_eq!(a_ids, ids, "{}", e.name);
     }
 }
+
+/// The rows of an export after its header (which names the engine).
+fn rows_of(export: &[u8]) -> Vec<String> {
+    String::from_utf8(export.to_vec())
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Export on every engine, import into every engine: the same rows come
+/// back with the same ids, and a memory on the copy answers as the
+/// original; a second import of the user, and broken input, store nothing.
+#[test]
+fn exports_import_into_every_engine_with_the_same_rows() {
+    let sources = engines("export_src");
+    for src in &sources {
+        let mut mem = Memory::with_store(src.open(), PipelineKind::parse("amory").unwrap(), embedder(), None);
+        mem.ingest("ann", &conversation()).unwrap();
+        mem.flush("ann").unwrap();
+        let hit = mem
+            .retrieve("ann", "Which city is Clara moving to?", 1)
+            .unwrap()
+            .remove(0);
+        mem.correct("ann", hit.item.id, "My sister Clara is moving to Porto.")
+            .unwrap();
+        let want = mem.retrieve("ann", "Where is Clara going?", 3).unwrap();
+        let mut export = Vec::new();
+        let n = mem.store().export_user("ann", &mut export).unwrap();
+        assert!(
+            n.messages == 6 && n.items > 6 && n.sources > 0 && n.state > 0 && n.changes == 1,
+            "{n:?}"
+        );
+        for dst in engines("export_dst") {
+            let what = format!("{} -> {}", src.name, dst.name);
+            let mut store = dst.open();
+            let (user, m) = store.import_user(&mut export.as_slice(), None).unwrap();
+            assert_eq!((user.as_str(), m), ("ann", n), "{what}");
+            let mut again = Vec::new();
+            store.export_user("ann", &mut again).unwrap();
+            assert_eq!(rows_of(&again), rows_of(&export), "{what}: same rows, same ids");
+            // Refused the second time, and under its own name only.
+            let err = store.import_user(&mut export.as_slice(), None).unwrap_err().to_string();
+            assert!(err.contains("already has rows"), "{what}: {err}");
+            // New writes after an import get fresh ids (sequences moved on).
+            let ids = store
+                .append_messages("ann", &[msg(7, 1, "Ann", "After the copy.")])
+                .unwrap();
+            assert!(ids[0] > 6, "{what}: {ids:?}");
+            let mut copy = Memory::with_store(store, PipelineKind::parse("amory").unwrap(), embedder(), None);
+            let got = copy.retrieve("ann", "Where is Clara going?", 3).unwrap();
+            assert_eq!(
+                got.iter().map(|h| (h.item.id, h.item.text.clone())).collect::<Vec<_>>(),
+                want.iter()
+                    .map(|h| (h.item.id, h.item.text.clone()))
+                    .collect::<Vec<_>>(),
+                "{what}"
+            );
+        }
+        // Broken input: a typed error naming the line, nothing stored.
+        for dst in engines("export_broken") {
+            let what = format!("{} -> {}", src.name, dst.name);
+            let mut s = dst.open();
+            let mut broken = export.clone();
+            broken.extend_from_slice(b"{\"row\": \"item\", \"id\": \"x\"}\n");
+            let err = s.import_user(&mut broken.as_slice(), Some("bob")).unwrap_err();
+            assert!(matches!(err, MemoryError::Dataset(_)), "{what}: {err}");
+            assert!(
+                err.to_string().contains(&format!("line {}", n.total() + 2)),
+                "{what}: {err}"
+            );
+            assert_eq!(s.rows_of_user("bob").unwrap(), 0, "{what}: rolled back");
+            for junk in [&b""[..], b"not json\n", b"{\"format\": \"other\"}\n"] {
+                assert!(s.import_user(&mut &junk[..], Some("bob")).is_err(), "{what}");
+            }
+        }
+    }
+}

@@ -175,6 +175,33 @@ pub struct KeyInfo {
     pub revoked_at: Option<i64>,
 }
 
+/// A key as stored (its secret's hash), for copying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRow {
+    /// Public id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Role name.
+    pub role: String,
+    /// SHA-256 of the secret.
+    pub hash: Vec<u8>,
+    /// When made.
+    pub created_at: i64,
+    /// When revoked.
+    pub revoked_at: Option<i64>,
+}
+
+/// A registry's users (`id, tenant, external, created_at`) and keys, as
+/// [`Registry::rows`] reads and [`Registry::load_rows`] stores them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryRows {
+    /// Users.
+    pub users: Vec<(i64, String, String, i64)>,
+    /// Keys.
+    pub keys: Vec<KeyRow>,
+}
+
 /// A user of a tenant as the registry knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserRef {
@@ -357,6 +384,75 @@ impl Registry {
             let out = f(c);
             sync(c, "NORMAL")?;
             out
+        })
+    }
+
+    // ---- copying ----
+
+    /// Every user and key (hashes, never secrets), for `dentate store
+    /// copy`.
+    pub fn rows(&self) -> Result<RegistryRows> {
+        self.with(|c| {
+            let users = c
+                .query(
+                    "SELECT id, tenant, external, created_at FROM service_users ORDER BY id",
+                    &[],
+                )?
+                .iter()
+                .map(|r| Ok((r.int(0)?, r.text(1)?, r.text(2)?, r.int(3)?)))
+                .collect::<dentate_memory::Result<_>>()?;
+            let keys = c
+                .query(
+                    "SELECT id, tenant, role, hash, created_at, revoked_at FROM service_keys ORDER BY created_at",
+                    &[],
+                )?
+                .iter()
+                .map(|r| {
+                    Ok(KeyRow {
+                        id: r.text(0)?,
+                        tenant: r.text(1)?,
+                        role: r.text(2)?,
+                        hash: r.opt_blob(3)?.unwrap_or_default().to_vec(),
+                        created_at: r.int(4)?,
+                        revoked_at: r.opt_int(5)?,
+                    })
+                })
+                .collect::<dentate_memory::Result<_>>()?;
+            Ok(RegistryRows { users, keys })
+        })
+    }
+
+    /// Stores `rows` under their ids (so users keep their store names),
+    /// in one transaction; refused when this registry has users or keys.
+    pub fn load_rows(&self, rows: &RegistryRows) -> Result<()> {
+        self.with_durable(|c| {
+            let pg = c.engine() == "postgres";
+            let tx = c.begin(None)?;
+            let n = tx.int("SELECT COUNT(*) FROM service_users", &[])? + tx.int("SELECT COUNT(*) FROM service_keys", &[])?;
+            if n > 0 {
+                return Err(dentate_memory::MemoryError::Invalid(
+                    "the target already has service users or keys".into(),
+                ));
+            }
+            for (id, tenant, external, at) in &rows.users {
+                tx.execute(
+                    "INSERT INTO service_users (id, tenant, external, created_at) VALUES (?1, ?2, ?3, ?4)",
+                    args![*id, tenant, external, *at],
+                )?;
+            }
+            for k in &rows.keys {
+                tx.execute(
+                    "INSERT INTO service_keys (id, tenant, role, hash, created_at, revoked_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    args![&k.id, &k.tenant, &k.role, k.hash.clone(), k.created_at, k.revoked_at],
+                )?;
+            }
+            if pg {
+                tx.batch(
+                    "SELECT setval(pg_get_serial_sequence('service_users', 'id'),
+                        GREATEST((SELECT COALESCE(MAX(id), 0) FROM service_users), 1))",
+                )?;
+            }
+            tx.commit()
         })
     }
 

@@ -17,7 +17,11 @@
 # SAT_SECS=20 OPEN_SECS=30 OPEN_FRACTION=0.8 OPEN_CONNS=32 WARMUP=3
 # INPROC_QUERIES=20000 SLOTS= (server default: one per core) KEEP=1 keeps
 # the temporary directory, NO_BUILD=1 uses the binaries already built, BIN and
-# LOAD name other binaries (another build, to compare). Needs curl and python3.
+# LOAD name other binaries (another build, to compare). STORE=postgres://…
+# puts the store in that (empty) PostgreSQL database and SERVERS=N starts N
+# servers on it (each with its own index cache directory), the load spread
+# over them by connection; the in-process comparison is then skipped (it
+# reads a SQLite store). Needs curl and python3.
 #
 # The load generator runs on the same machine as the server and shares its
 # cores: on a small machine the figures are a lower bound of the server's.
@@ -47,66 +51,87 @@ bin=${BIN:-$root/target/release/dentate}
 load=${LOAD:-$root/target/release/examples/load}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dentate-serve-load.XXXXXX")
-server=
+servers=()
 cleanup() {
-    if [[ -n $server ]] && kill -0 "$server" 2>/dev/null; then
-        kill -TERM "$server" 2>/dev/null || true
-        wait "$server" 2>/dev/null || true
-    fi
+    for pid in "${servers[@]}"; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
     if [[ ${KEEP:-} == 1 ]]; then echo "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-url=http://127.0.0.1:$port
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
 simd=$("$bin" info | grep -m1 'SIMD path in use' | sed 's/ *(override.*//; s/  */ /g' || true)
+SERVERS=${SERVERS:-1}
+store_desc="SQLite in the work dir"
+[[ -n ${STORE:-} ]] && store_desc="PostgreSQL (${STORE%%\?*}), $SERVERS server(s)"
+((SERVERS == 1)) || [[ -n ${STORE:-} ]] || { echo "SERVERS > 1 needs STORE=postgres://…" >&2; exit 2; }
 echo "== machine: ${cpu:-unknown CPU}, $(nproc) cores; $simd"
-echo "== the load generator shares these $(nproc) cores with the server"
-echo "== embedder $embedder; $USERS users x $MESSAGES messages; work dir $work"
+echo "== the load generator shares these $(nproc) cores with the server(s)"
+echo "== embedder $embedder; $USERS users x $MESSAGES messages; store $store_desc; work dir $work"
 
-"$bin" serve --dir "$work/mem" --bind "127.0.0.1:$port" --embedder "$embedder" ${SLOTS:+--slots "$SLOTS"} \
-    >"$work/server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 600); do
-    curl -sf "$url/v1/health" >/dev/null 2>&1 && break
-    kill -0 "$server" 2>/dev/null || {
-        cat "$work/server.log" >&2
-        exit 1
-    }
-    sleep 0.1
+servers=()
+urls=()
+for i in $(seq 1 "$SERVERS"); do
+    port=$(free_port)
+    dir=$work/mem
+    ((SERVERS == 1)) || dir=$work/cache$i
+    "$bin" serve --dir "$dir" ${STORE:+--store "$STORE"} --bind "127.0.0.1:$port" --embedder "$embedder" \
+        ${SLOTS:+--slots "$SLOTS"} >"$work/server$i.log" 2>&1 &
+    servers+=($!)
+    urls+=("http://127.0.0.1:$port")
+    for _ in $(seq 1 600); do
+        curl -sf "${urls[-1]}/v1/health" >/dev/null 2>&1 && break
+        kill -0 "${servers[-1]}" 2>/dev/null || {
+            cat "$work/server$i.log" >&2
+            exit 1
+        }
+        sleep 0.1
+    done
+    curl -sf "${urls[-1]}/v1/health" && echo
 done
-curl -sf "$url/v1/health" && echo
+url=${urls[0]}
+all_urls=$(IFS=,; echo "${urls[*]}")
 
 json() { grep '^JSON ' | tail -1 | sed 's/^JSON //'; }
 
 "$load" populate --url "$url" --users "$USERS" --messages "$MESSAGES" --batch "$BATCH" | tee "$work/populate.txt"
-"$load" run --url "$url" --users "$USERS" --seconds "$SAT_SECS" --warmup "$WARMUP" --connections "$SAT_CONNS" \
+"$load" run --url "$all_urls" --users "$USERS" --seconds "$SAT_SECS" --warmup "$WARMUP" --connections "$SAT_CONNS" \
     --label saturation | tee "$work/closed.txt"
 sat=$(json <"$work/closed.txt" | python3 -c 'import json,sys; print(json.load(sys.stdin)["throughput"])')
 rate=$(python3 -c "print(round($sat * $OPEN_FRACTION, 1))")
 echo "== saturation $sat requests/s; open loop at $rate requests/s"
-"$load" run --url "$url" --users "$USERS" --seconds "$OPEN_SECS" --warmup "$WARMUP" --connections "$OPEN_CONNS" \
+"$load" run --url "$all_urls" --users "$USERS" --seconds "$OPEN_SECS" --warmup "$WARMUP" --connections "$OPEN_CONNS" \
     --rate "$rate" --label open | tee "$work/open.txt"
 
-kill -TERM "$server"
-wait "$server" || true
-server=
-echo "== server stopped; its log:"
-tail -5 "$work/server.log"
+for i in "${!servers[@]}"; do
+    kill -TERM "${servers[$i]}"
+    wait "${servers[$i]}" || true
+    echo "== server $((i + 1)) stopped; its log:"
+    tail -5 "$work/server$((i + 1)).log"
+done
+servers=()
 
-"$load" inproc --dir "$work/mem" --users "$USERS" --queries "$INPROC_QUERIES" --embedder "$embedder" |
-    tee "$work/inproc.txt"
+if [[ -z ${STORE:-} ]]; then
+    "$load" inproc --dir "$work/mem" --users "$USERS" --queries "$INPROC_QUERIES" --embedder "$embedder" |
+        tee "$work/inproc.txt"
+fi
 
 echo
-echo "== summary ($embedder; ${cpu:-unknown CPU}, $(nproc) cores, $simd; load generator on the same cores)"
+echo "== summary ($embedder; store $store_desc; ${cpu:-unknown CPU}, $(nproc) cores, $simd; load generator on the same cores)"
 python3 - "$work" "$embedder" "$OPEN_FRACTION" <<'EOF'
 import json, sys
 work, emb, frac = sys.argv[1], sys.argv[2], float(sys.argv[3])
 def last(name):
     lines = [l[5:] for l in open(f"{work}/{name}.txt") if l.startswith("JSON ")]
     return json.loads(lines[-1])
-p, c, o, i = last("populate"), last("closed"), last("open"), last("inproc")
+import os
+p, c, o = last("populate"), last("closed"), last("open")
+i = last("inproc") if os.path.exists(f"{work}/inproc.txt") else None
 print(f"Populate: {p['stored']} messages ({p['users']} users x {p['messages_per_user']}, batches of {p['batch']}): "
       f"accepted {p['accepted_per_s']:.0f} msg/s, ingested end to end {p['ingested_per_s']:.0f} msg/s "
       f"({p['total_secs']} s, {p['failed_jobs']} failed jobs)")
@@ -120,14 +145,15 @@ for name, r in ((f"closed, {c['connections']} conns (saturation)", c),
         print(f"| {name} | {emb} | {r['throughput']:.0f} | {op} | {s['count']} | {s['throughput']:.0f} | "
               f"{s['p50_ms']:.2f} | {s['p90_ms']:.2f} | {s['p99_ms']:.2f} | {s['max_ms']:.2f} | {s['errors']} | "
               f"{r['lost_messages'] + r['count_mismatches']} |")
-for name, s in (("in-process, 1 thread", i["single"]), (f"in-process, {i['threads']} threads", i["multi"])):
+for name, s in ((("in-process, 1 thread", i["single"]), (f"in-process, {i['threads']} threads", i["multi"])) if i else ()):
     print(f"| {name} | {emb} | {s['throughput']:.0f} | search | {s['count']} | {s['throughput']:.0f} | "
           f"{s['p50_ms']:.2f} | {s['p90_ms']:.2f} | {s['p99_ms']:.2f} | {s['max_ms']:.2f} | {s['errors']} | - |")
 print()
-ratio = c["search"]["throughput"] / i["multi"]["throughput"] if i["multi"]["throughput"] else 0
-print(f"Service overhead: saturated search throughput over HTTP = {ratio:.2f} x in-process ({i['threads']} threads; "
-      f"the HTTP run also serves {c['append']['throughput']:.0f} appends/s and their ingestion); "
-      f"open-loop search p50 {o['search']['p50_ms']:.2f} ms vs in-process p50 {i['single']['p50_ms']:.2f} ms.")
+if i:
+    ratio = c["search"]["throughput"] / i["multi"]["throughput"] if i["multi"]["throughput"] else 0
+    print(f"Service overhead: saturated search throughput over HTTP = {ratio:.2f} x in-process ({i['threads']} threads; "
+          f"the HTTP run also serves {c['append']['throughput']:.0f} appends/s and their ingestion); "
+          f"open-loop search p50 {o['search']['p50_ms']:.2f} ms vs in-process p50 {i['single']['p50_ms']:.2f} ms.")
 ok = (o["search"]["p99_ms"] < 10 and o["search"]["errors"] == 0 and o["append"]["errors"] == 0
       and c["search"]["errors"] == 0 and c["append"]["errors"] == 0
       and o["lost_messages"] == 0 and c["lost_messages"] == 0

@@ -18,6 +18,13 @@ pub enum StoreCommand {
         #[arg(long, env = "DENTATE_STORE")]
         store: String,
     },
+    /// Print the PostgreSQL schema this build writes, and with --citus the
+    /// statements that distribute it by user on a Citus coordinator.
+    Schema {
+        /// Also the distribution statements (run after `store migrate`).
+        #[arg(long)]
+        citus: bool,
+    },
     /// Write one user's messages, items, provenance, triples, state and
     /// history as JSON Lines (the same for both engines).
     Export {
@@ -82,6 +89,17 @@ fn registry_of(loc: &StoreLocation) -> Res<Option<Registry>> {
 /// `dentate store …`.
 pub fn store(c: StoreCommand) -> Res<()> {
     match c {
+        StoreCommand::Schema { citus } => {
+            for (i, m) in dentate_memory::store::POSTGRES_MIGRATIONS.iter().enumerate() {
+                println!("-- version {}\n{m}\n", i + 1);
+            }
+            if citus {
+                println!(
+                    "-- Citus: distribute every table by user, co-located\n{}",
+                    dentate_memory::store::POSTGRES_DISTRIBUTE
+                );
+            }
+        }
         StoreCommand::Migrate { store } => {
             let (loc, s) = open(&store)?;
             if let Some(r) = registry_of(&loc)? {

@@ -364,14 +364,15 @@ impl Memory {
         let Some(v) = self.store.changed_elsewhere(user)? else {
             return Ok(());
         };
-        let loaded = self.pipelines.remove(user).is_some();
-        let current = !loaded
-            && self.stamp_path(user).is_some_and(|p| {
-                std::fs::read_to_string(p)
-                    .ok()
-                    .and_then(|t| t.trim().parse::<i64>().ok())
-                    == Some(v)
-            });
+        self.pipelines.remove(user);
+        // Files another handle wrote at this version are current; any
+        // others may predate the change.
+        let current = self.stamp_path(user).is_some_and(|p| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|t| t.trim().parse::<i64>().ok())
+                == Some(v)
+        });
         if !current && self.store.dir().is_some() {
             self.remove_index_files(user)?;
         }

@@ -639,8 +639,10 @@ impl Store {
         }
     }
 
-    /// `user`'s version: raised by every write of the user's rows, by any
-    /// process (0 before the first).
+    /// `user`'s version: raised by every write that changes what caches of
+    /// the user hold (steps, corrections, forgetting, erasure, imports; not
+    /// appends of raw messages nor retrieval marks), by any process (0
+    /// before the first).
     pub fn user_version(&self, user: &str) -> Result<i64> {
         Ok(self
             .conn
@@ -911,13 +913,15 @@ impl Store {
     /// a file again stores nothing twice (ids alone are not enough: LoCoMo's
     /// dialogue ids repeat across conversations); messages without an id
     /// cannot be recognised and are always appended.
+    ///
+    /// Raw messages change no cache of the user (pipelines read them from
+    /// the store when they process), so an append does not raise the
+    /// user's version; the step that processes them does.
     pub fn append_messages(&mut self, user: &str, msgs: &[NewMessage]) -> Result<Vec<i64>> {
         check_user(user)?;
         let tx = self.conn.begin(Some(user))?;
         let ids = Self::append_in(&tx, user, msgs, now_secs())?;
-        let v = Self::bump(&tx, user)?;
         tx.commit()?;
-        self.wrote(user, v);
         Ok(ids)
     }
 
@@ -1254,6 +1258,9 @@ impl Store {
     /// NORMAL` for this one transaction, in WAL mode; PostgreSQL:
     /// `synchronous_commit = off` for it): a killed process keeps them, a
     /// power cut may lose the last few, and a retrieval costs no fsync.
+    /// They do not raise the user's version ([`Store::user_version`]): a
+    /// search is not a change other handles must reload for (each reads
+    /// the marks from the store when it loads the user's indexes).
     pub fn record_retrieval(&mut self, user: &str, ids: &[i64], turn: i64) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
@@ -1264,7 +1271,7 @@ impl Store {
         {
             c.pragma_update(None, "synchronous", "NORMAL")?;
         }
-        let res = (|| -> Result<i64> {
+        let res = (|| -> Result<()> {
             let tx = self.conn.begin(Some(user))?;
             #[cfg(feature = "postgres")]
             if let Tx::Pg(_) = &tx {
@@ -1278,17 +1285,14 @@ impl Store {
                     args![id, user, turn],
                 )?;
             }
-            let v = Self::bump(&tx, user)?;
-            tx.commit()?;
-            Ok(v)
+            tx.commit()
         })();
         if let Some(c) = self.conn.sqlite()
             && durable
         {
             c.pragma_update(None, "synchronous", "FULL")?;
         }
-        self.wrote(user, res?);
-        Ok(())
+        res
     }
 
     /// `(id, turn last retrieved)` of every live searchable item of `user`
@@ -1411,5 +1415,86 @@ impl Store {
     pub fn message_count(&self, user: &str) -> Result<i64> {
         self.conn
             .int(r#"SELECT COUNT(*) FROM messages WHERE "user" = ?1"#, args![user])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rules a Citus cluster enforces on tables distributed by
+    /// `"user"`, checked on the PostgreSQL schema (no Citus package is in
+    /// the registries this project builds from, so the DDL cannot be run
+    /// against one here): every key and unique constraint includes the
+    /// user first, every foreign key pairs the user with the user, and
+    /// every table is distributed, co-located with `messages`.
+    #[test]
+    fn the_postgres_schema_can_be_distributed_by_user() {
+        let ddl = POSTGRES_MIGRATIONS.join("\n");
+        let mut tables = Vec::new();
+        for block in ddl.split("CREATE TABLE ").skip(1) {
+            let name = block.split_whitespace().next().unwrap().to_string();
+            let body = &block[..block.find(");").unwrap()];
+            assert!(body.contains("\"user\" TEXT NOT NULL"), "{name}: no user column");
+            let pk = body
+                .split("PRIMARY KEY")
+                .nth(1)
+                .unwrap_or_else(|| panic!("{name}: no key"));
+            let pk_cols = pk.trim_start().trim_start_matches('(');
+            assert!(
+                pk_cols.starts_with("\"user\""),
+                "{name}: the key does not lead with the user"
+            );
+            for fk in body.split("FOREIGN KEY").skip(1) {
+                let (cols, refs) = fk.split_once("REFERENCES").unwrap();
+                assert!(cols.trim().starts_with("(\"user\""), "{name}: foreign key {cols}");
+                let target = refs.split('(').nth(1).unwrap();
+                assert!(target.starts_with("\"user\""), "{name}: references {refs}");
+            }
+            assert!(
+                !body.contains("UNIQUE"),
+                "{name}: a unique constraint must include the user"
+            );
+            tables.push(name);
+        }
+        assert_eq!(tables.len(), 8, "{tables:?}");
+        for t in &tables {
+            let line = POSTGRES_DISTRIBUTE
+                .lines()
+                .find(|l| l.contains(&format!("'{t}', 'user'")))
+                .unwrap_or_else(|| panic!("{t} is not distributed"));
+            assert!(
+                t == "messages" || line.contains("colocate_with => 'messages'"),
+                "{line}"
+            );
+        }
+    }
+
+    /// Every join of the store's statements pairs the user of both sides
+    /// (a distributed cluster routes it to one node; no user sees another's
+    /// rows by a join).
+    #[test]
+    fn joins_pair_the_users_of_both_sides() {
+        let sources = [
+            include_str!("store.rs"),
+            include_str!("erase.rs"),
+            include_str!("graph.rs"),
+            include_str!("dump.rs"),
+        ];
+        let mut joins = 0;
+        for src in sources {
+            for (i, _) in src.match_indices(" JOIN ") {
+                let clause: String = src[i..].chars().take(120).collect();
+                if clause.starts_with(" JOIN \"") {
+                    continue; // this test's own text
+                }
+                assert!(
+                    clause.contains(r#"."user" = "#),
+                    "a join without the users paired: {clause}"
+                );
+                joins += 1;
+            }
+        }
+        assert!(joins >= 2, "found {joins} joins");
     }
 }

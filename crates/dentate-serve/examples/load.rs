@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! load populate --url http://127.0.0.1:7700 [--users 100] [--messages 2000] [--batch 200] [--connections 4]
-//! load run      --url http://127.0.0.1:7700 [--users 100] [--seconds 20] [--connections 16] [--rate R]
+//! load run      --url http://127.0.0.1:7700[,http://…] [--users 100] [--seconds 20] [--connections 16] [--rate R]
 //!               [--warmup 2] [--append-pct 10] [--k 10] [--label NAME]
 //! load inproc   --dir DIR [--users 100] [--queries 20000] [--threads N] [--embedder hash|minilm]
 //! ```
@@ -895,7 +895,8 @@ struct ThreadOut {
 }
 
 struct RunCfg {
-    url: String,
+    /// Servers to spread connections over (several servers on one store).
+    urls: Vec<String>,
     users: usize,
     k: usize,
     append_pct: u64,
@@ -960,7 +961,14 @@ fn one_op(cfg: &RunCfg, c: &mut Client, out: &mut ThreadOut, i: u64, t0: Instant
 }
 
 fn run(a: &Args) -> Res<()> {
-    let url = a.str("url", "http://127.0.0.1:7700");
+    // Comma-separated: connection `i` goes to server `i % n`; checks use the first.
+    let urls: Vec<String> = a
+        .str("url", "http://127.0.0.1:7700")
+        .split(',')
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    let url = urls.first().cloned().ok_or("--url is empty")?;
     let users: usize = a.num("users", 100)?;
     let seconds: f64 = a.num("seconds", 20.0)?;
     let warmup: f64 = a.num("warmup", 2.0)?;
@@ -1000,7 +1008,7 @@ fn run(a: &Args) -> Res<()> {
     let start = Instant::now() + Duration::from_millis(50);
     let warmup_end = start + Duration::from_secs_f64(warmup);
     let cfg = Arc::new(RunCfg {
-        url: url.clone(),
+        urls: urls.clone(),
         users,
         k,
         append_pct,
@@ -1011,10 +1019,10 @@ fn run(a: &Args) -> Res<()> {
     });
     let next = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..conns)
-        .map(|_| {
+        .map(|ci| {
             let (cfg, next, profiles) = (cfg.clone(), next.clone(), profiles.clone());
             std::thread::spawn(move || -> Res<ThreadOut> {
-                let mut c = Client::new(&cfg.url)?;
+                let mut c = Client::new(&cfg.urls[ci % cfg.urls.len()])?;
                 let mut out = ThreadOut::default();
                 // Connect before the clock starts.
                 let _ = c.request("GET", "/v1/health", None);

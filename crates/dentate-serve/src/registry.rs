@@ -358,16 +358,21 @@ impl Registry {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Conn) -> dentate_memory::Result<T>) -> Result<T> {
-        blocking(|| {
-            let mut c = self
-                .conn
-                .lock()
-                .map_err(|_| ServeError::Internal("registry lock poisoned".into()))?;
-            let c = c
-                .as_mut()
-                .ok_or_else(|| ServeError::Internal("the registry is closed".into()))?;
-            f(c).map_err(|e| ServeError::Internal(format!("service database: {e}")))
-        })
+        let mut c = self
+            .conn
+            .lock()
+            .map_err(|_| ServeError::Internal("registry lock poisoned".into()))?;
+        let c = c
+            .as_mut()
+            .ok_or_else(|| ServeError::Internal("the registry is closed".into()))?;
+        let run = |c: &mut Conn| f(c).map_err(|e| ServeError::Internal(format!("service database: {e}")));
+        // SQLite answers in microseconds on this thread; PostgreSQL's
+        // client blocks on the network (and drives a runtime of its own).
+        if c.sqlite().is_some() {
+            run(c)
+        } else {
+            blocking(|| run(c))
+        }
     }
 
     /// [`Registry::with`] with a full fsync at commit on SQLite: keys and

@@ -43,9 +43,14 @@ impl LlmArgs {
 /// Where a memory lives and which pipeline runs it.
 #[derive(Args, Debug, Clone)]
 pub struct MemoryArgs {
-    /// Memory directory (SQLite store and index files).
+    /// Memory directory (SQLite store and index files; with --store, the
+    /// index caches only).
     #[arg(long)]
     pub dir: PathBuf,
+    /// Where the store lives when not in --dir: a postgres:// URL (or
+    /// sqlite:DIR).
+    #[arg(long, env = "DENTATE_STORE")]
+    pub store: Option<String>,
     /// User namespace.
     #[arg(long)]
     pub user: String,
@@ -68,6 +73,14 @@ pub struct MemoryArgs {
 }
 
 impl MemoryArgs {
+    /// Where the store is, for messages.
+    fn place(&self) -> String {
+        match self.store.as_deref().map(dentate_memory::StoreLocation::parse) {
+            Some(Ok(loc)) => loc.to_string(),
+            _ => self.dir.display().to_string(),
+        }
+    }
+
     fn open(&self) -> Res<Memory> {
         Ok(self.open_with_llm()?.0)
     }
@@ -77,7 +90,13 @@ impl MemoryArgs {
         let llm = self.llm.build()?;
         let kind = PipelineKind::parse(&self.pipeline)?.resolve_dates(self.resolve_dates);
         let retriever = Retriever::parse_for(&self.retriever, &e.name())?;
-        let mut mem = Memory::open(&self.dir, kind, e, llm.clone())?;
+        let mut mem = match &self.store {
+            None => Memory::open(&self.dir, kind, e, llm.clone())?,
+            Some(s) => {
+                let store = dentate_memory::StoreLocation::parse(s)?.open(Some(&self.dir))?;
+                Memory::with_store(store, kind, e, llm.clone())
+            }
+        };
         mem.set_retriever(retriever);
         Ok((mem, llm))
     }
@@ -217,13 +236,13 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
                     "stored {} messages for `{}` in {}{skipped}",
                     ids.len(),
                     m.user,
-                    m.dir.display()
+                    m.place()
                 );
             } else if mem.store().message_count(&m.user)? == 0 {
                 return Err(format!(
                     "no messages stored for user `{}` in {}; give --input",
                     m.user,
-                    m.dir.display()
+                    m.place()
                 )
                 .into());
             }
@@ -270,7 +289,7 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
         MemoryCommand::Ask { m, k, budget, question } => {
             let mut mem = m.open()?;
             if mem.store().message_count(&m.user)? == 0 {
-                return Err(format!("no messages stored for user `{}` in {}", m.user, m.dir.display()).into());
+                return Err(format!("no messages stored for user `{}` in {}", m.user, m.place()).into());
             }
             let hits = mem.retrieve(&m.user, &question, k)?;
             println!(
@@ -291,7 +310,7 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
         MemoryCommand::Show { m } => {
             let mut mem = m.open()?;
             if mem.store().message_count(&m.user)? == 0 {
-                return Err(format!("no messages stored for user `{}` in {}", m.user, m.dir.display()).into());
+                return Err(format!("no messages stored for user `{}` in {}", m.user, m.place()).into());
             }
             print!("{}", mem.show(&m.user)?);
             Ok(())

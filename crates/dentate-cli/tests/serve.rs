@@ -387,3 +387,63 @@ fn store_copy_moves_a_served_memory_to_postgres() {
     };
     assert_eq!(rows(&sqlite), rows(&db));
 }
+
+/// `dentate memory` on a PostgreSQL store: what one process ingests (with
+/// its own cache directory), another asks with the same answer.
+#[test]
+fn memory_commands_share_a_postgres_store() {
+    let Some(db) = postgres_db("memcmd") else { return };
+    let (a, b, files) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let conv = files.path().join("conv.jsonl");
+    std::fs::write(
+        &conv,
+        "{\"session\":\"s1\",\"speaker\":\"Ann\",\"text\":\"My sister Clara is moving to Lisbon in May.\",\"id\":\"D1:1\"}\n\
+         {\"session\":\"s1\",\"speaker\":\"Bob\",\"text\":\"I repaired the old blue bicycle yesterday.\",\"id\":\"D1:2\"}\n",
+    )
+    .unwrap();
+    let run = |dir: &Path, args: &[&str]| {
+        let out = dentate()
+            .args([
+                "memory",
+                args[0],
+                "--pipeline",
+                "rag",
+                "--user",
+                "ann",
+                "--store",
+                &db,
+                "--dir",
+            ])
+            .arg(dir)
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (_, said) = run(a.path(), &["ingest", "--input", conv.to_str().unwrap()]);
+    assert!(
+        said.contains("stored 2 messages") && said.contains("postgres://"),
+        "{said}"
+    );
+    let (on_b, _) = run(b.path(), &["ask", "Where is Clara moving?"]);
+    assert!(on_b.contains("Lisbon"), "{on_b}");
+    let (on_a, _) = run(a.path(), &["ask", "Where is Clara moving?"]);
+    assert_eq!(on_a, on_b, "same answer from both cache directories");
+    assert!(
+        std::fs::read_dir(b.path())
+            .unwrap()
+            .all(|e| e.unwrap().file_name() != "memory.db")
+    );
+}

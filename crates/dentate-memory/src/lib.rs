@@ -50,9 +50,9 @@ pub use error::{MemoryError, Result};
 pub use eval::{locomo, metrics};
 pub use graph::Triple;
 pub use hema::{Hema, HemaConfig};
+pub use llm::{Call, ChatMessage, JsonMode, JsonOutcome, Llm, LlmError, LlmStats, RoleStats, ask_json, schema};
 #[cfg(feature = "http")]
 pub use llm::{ChatConfig, OpenAiChat};
-pub use llm::{ChatMessage, Llm, LlmError, LlmStats, ask_json};
 pub use memory::{Found, IndexImages, MAX_SEARCH_DEPTH, Memory, PipelineKind};
 pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{

@@ -9,6 +9,7 @@ use dentate_embed::http::{HttpFailure, JsonClient, RetryPolicy, api_key, check_u
 use serde_json::Value;
 #[cfg(feature = "http")]
 use serde_json::json;
+use std::collections::BTreeMap;
 #[cfg(feature = "http")]
 use std::sync::Mutex;
 #[cfg(feature = "http")]
@@ -93,7 +94,143 @@ impl ChatMessage {
     }
 }
 
-/// Call counters of a model client.
+/// What one call asks for: the role it plays (for the per-role counters,
+/// and the schema's name) and, for a role whose answer is a JSON object,
+/// that object's JSON Schema.
+///
+/// A client that can sends the schema as a structured-output request
+/// (`response_format` of type `json_schema`, which OpenAI, vLLM and
+/// llama.cpp's servers accept); the answer is validated all the same.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The role, e.g. `nemori_episode` (`[A-Za-z0-9_-]`, at most 64).
+    pub role: &'a str,
+    /// The JSON Schema of the answer, or `None` for free text.
+    pub schema: Option<&'a Value>,
+}
+
+impl<'a> Call<'a> {
+    /// A call whose answer is free text.
+    pub fn text(role: &'a str) -> Self {
+        Call { role, schema: None }
+    }
+    /// A call whose answer is a JSON object that `schema` describes.
+    pub fn json(role: &'a str, schema: &'a Value) -> Self {
+        Call {
+            role,
+            schema: Some(schema),
+        }
+    }
+}
+
+/// How a JSON answer turned out ([`ask_json`] reports it to the client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonOutcome {
+    /// The first answer was valid.
+    FirstValid,
+    /// The first answer was not; the answer to the repair request was.
+    Repaired,
+    /// Neither answer was valid.
+    Invalid,
+}
+
+/// Counters of one role (or of all of them).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoleStats {
+    /// Completed calls (each retry of one call is not counted again).
+    pub calls: u64,
+    /// Calls that ended in an error.
+    pub failures: u64,
+    /// Prompt tokens as reported by the server's `usage`.
+    pub prompt_tokens: u64,
+    /// Completion tokens as reported by the server's `usage`.
+    pub completion_tokens: u64,
+    /// JSON answers valid at the first try.
+    pub first_valid: u64,
+    /// JSON answers valid after the repair request.
+    pub repaired: u64,
+    /// JSON answers still invalid after the repair request.
+    pub invalid: u64,
+    /// Wall time per call, in milliseconds, in call order.
+    pub latencies_ms: Vec<f64>,
+}
+
+impl RoleStats {
+    /// Latency at quantile `q` in `[0, 1]` (nearest rank), or 0 without calls.
+    pub fn latency_ms(&self, q: f64) -> f64 {
+        quantile(&self.latencies_ms, q)
+    }
+
+    /// What was counted since `before` (an earlier copy of these counters).
+    pub fn since(&self, before: &RoleStats) -> RoleStats {
+        RoleStats {
+            calls: self.calls.saturating_sub(before.calls),
+            failures: self.failures.saturating_sub(before.failures),
+            prompt_tokens: self.prompt_tokens.saturating_sub(before.prompt_tokens),
+            completion_tokens: self.completion_tokens.saturating_sub(before.completion_tokens),
+            first_valid: self.first_valid.saturating_sub(before.first_valid),
+            repaired: self.repaired.saturating_sub(before.repaired),
+            invalid: self.invalid.saturating_sub(before.invalid),
+            latencies_ms: self
+                .latencies_ms
+                .get(before.latencies_ms.len()..)
+                .unwrap_or(&[])
+                .to_vec(),
+        }
+    }
+
+    /// These counters as JSON (latency quantiles, not every latency).
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "calls": self.calls,
+            "failures": self.failures,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "json_first_valid": self.first_valid,
+            "json_repaired": self.repaired,
+            "json_invalid": self.invalid,
+            "latency_p50_ms": round1(self.latency_ms(0.5)),
+            "latency_p95_ms": round1(self.latency_ms(0.95)),
+        })
+    }
+
+    fn count(&mut self, ms: f64, tokens: Option<(u64, u64)>) {
+        self.calls += 1;
+        self.latencies_ms.push(ms);
+        match tokens {
+            Some((p, c)) => {
+                self.prompt_tokens += p;
+                self.completion_tokens += c;
+            }
+            None => self.failures += 1,
+        }
+    }
+
+    fn note(&mut self, outcome: JsonOutcome) {
+        match outcome {
+            JsonOutcome::FirstValid => self.first_valid += 1,
+            JsonOutcome::Repaired => self.repaired += 1,
+            JsonOutcome::Invalid => self.invalid += 1,
+        }
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// Nearest-rank quantile of `v`, or 0 for an empty `v`.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q.clamp(0.0, 1.0) * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Call counters of a model client: the totals, and the same per role.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LlmStats {
     /// Completed calls (each retry of one call is not counted again).
@@ -108,18 +245,99 @@ pub struct LlmStats {
     pub completion_tokens: u64,
     /// Wall time per call, in milliseconds, in call order.
     pub latencies_ms: Vec<f64>,
+    /// The same counters per role, with how the JSON answers turned out.
+    pub roles: BTreeMap<String, RoleStats>,
+    /// How JSON answers are asked for now: `None` before the first JSON
+    /// call; otherwise the first of [`JsonMode`]'s ways the server took.
+    pub json_mode: Option<JsonMode>,
+}
+
+/// How a client asks for a JSON answer, from the most to the least
+/// constrained (every answer is validated all the same). A client starts with [`JsonMode::Schema`] and moves down,
+/// for the rest of the session, when a server refuses one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum JsonMode {
+    /// `response_format: {"type": "json_schema", "json_schema": {...}}`
+    /// (OpenAI, vLLM, llama.cpp's `llama-server`).
+    Schema,
+    /// `response_format: {"type": "json_object", "schema": {...}}`
+    /// (llama-cpp-python's server, which constrains decoding with it).
+    ObjectWithSchema,
+    /// `response_format: {"type": "json_object"}`: valid JSON, any shape;
+    /// the prompt and the validator do the rest.
+    Object,
+    /// No `response_format` (a server that takes none of the above): the
+    /// prompt asks for JSON, the validator checks it.
+    Prompt,
+}
+
+impl JsonMode {
+    /// The name used in reports: `json_schema`, `json_object+schema`,
+    /// `json_object`.
+    pub fn name(self) -> &'static str {
+        match self {
+            JsonMode::Schema => "json_schema",
+            JsonMode::ObjectWithSchema => "json_object+schema",
+            JsonMode::Object => "json_object",
+            JsonMode::Prompt => "prompt",
+        }
+    }
+
+    /// The next, less constrained mode.
+    #[cfg(feature = "http")]
+    fn next(self) -> Option<JsonMode> {
+        match self {
+            JsonMode::Schema => Some(JsonMode::ObjectWithSchema),
+            JsonMode::ObjectWithSchema => Some(JsonMode::Object),
+            JsonMode::Object => Some(JsonMode::Prompt),
+            JsonMode::Prompt => None,
+        }
+    }
+
+    /// The `response_format` of a call of `role` with `schema` (`None`:
+    /// none is sent).
+    #[cfg(feature = "http")]
+    fn format(self, role: &str, schema: &Value) -> Option<Value> {
+        match self {
+            JsonMode::Schema => Some(serde_json::json!({
+                "type": "json_schema",
+                "json_schema": {"name": role, "schema": schema},
+            })),
+            JsonMode::ObjectWithSchema => Some(serde_json::json!({"type": "json_object", "schema": schema})),
+            JsonMode::Object => Some(serde_json::json!({"type": "json_object"})),
+            JsonMode::Prompt => None,
+        }
+    }
 }
 
 impl LlmStats {
     /// Latency at quantile `q` in `[0, 1]` (nearest rank), or 0 without calls.
     pub fn latency_ms(&self, q: f64) -> f64 {
-        let mut v = self.latencies_ms.clone();
-        if v.is_empty() {
-            return 0.0;
+        quantile(&self.latencies_ms, q)
+    }
+
+    /// What was counted since `before` (an earlier copy of these counters).
+    pub fn since(&self, before: &LlmStats) -> LlmStats {
+        let empty = RoleStats::default();
+        LlmStats {
+            calls: self.calls.saturating_sub(before.calls),
+            failures: self.failures.saturating_sub(before.failures),
+            repairs: self.repairs.saturating_sub(before.repairs),
+            prompt_tokens: self.prompt_tokens.saturating_sub(before.prompt_tokens),
+            completion_tokens: self.completion_tokens.saturating_sub(before.completion_tokens),
+            latencies_ms: self
+                .latencies_ms
+                .get(before.latencies_ms.len()..)
+                .unwrap_or(&[])
+                .to_vec(),
+            roles: self
+                .roles
+                .iter()
+                .map(|(k, r)| (k.clone(), r.since(before.roles.get(k).unwrap_or(&empty))))
+                .filter(|(_, r)| r.calls > 0 || r.first_valid + r.repaired + r.invalid > 0)
+                .collect(),
+            json_mode: self.json_mode,
         }
-        v.sort_by(f64::total_cmp);
-        let rank = ((q.clamp(0.0, 1.0) * v.len() as f64).ceil() as usize).clamp(1, v.len());
-        v[rank - 1]
     }
 
     /// A one-line report: calls, failures, repairs, tokens, p50/p95 latency.
@@ -135,26 +353,138 @@ impl LlmStats {
             self.latency_ms(0.95)
         )
     }
+
+    /// A table with one line per role: calls, failures, JSON answers valid
+    /// at once / repaired / invalid, tokens, p50/p95 latency; `per` > 0
+    /// adds calls and tokens per `per` messages of `messages`.
+    pub fn role_table(&self, messages: usize, per: usize) -> String {
+        let mut out = format!(
+            "{:<20} {:>6} {:>6} {:>6} {:>8} {:>7} {:>9} {:>9} {:>8} {:>8}",
+            "role", "calls", "failed", "valid", "repaired", "invalid", "prompt", "complete", "p50 ms", "p95 ms"
+        );
+        let scale = |x: u64| {
+            if per > 0 && messages > 0 {
+                format!(" ({:.1}/{per})", x as f64 * per as f64 / messages as f64)
+            } else {
+                String::new()
+            }
+        };
+        for (role, r) in &self.roles {
+            out.push_str(&format!(
+                "\n{:<20} {:>6} {:>6} {:>6} {:>8} {:>7} {:>9} {:>9} {:>8.0} {:>8.0}",
+                role,
+                r.calls,
+                r.failures,
+                r.first_valid,
+                r.repaired,
+                r.invalid,
+                r.prompt_tokens,
+                r.completion_tokens,
+                r.latency_ms(0.5),
+                r.latency_ms(0.95)
+            ));
+        }
+        out.push_str(&format!(
+            "\n{:<20} {:>6} {:>6} {:>6} {:>8} {:>7} {:>9} {:>9} {:>8.0} {:>8.0}",
+            "all",
+            self.calls,
+            self.failures,
+            self.roles.values().map(|r| r.first_valid).sum::<u64>(),
+            self.roles.values().map(|r| r.repaired).sum::<u64>(),
+            self.roles.values().map(|r| r.invalid).sum::<u64>(),
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.latency_ms(0.5),
+            self.latency_ms(0.95)
+        ));
+        if per > 0 && messages > 0 {
+            out.push_str(&format!(
+                "\nper {per} messages: {} calls{}, {} prompt tokens{}, {} completion tokens{}",
+                self.calls,
+                scale(self.calls),
+                self.prompt_tokens,
+                scale(self.prompt_tokens),
+                self.completion_tokens,
+                scale(self.completion_tokens)
+            ));
+        }
+        out
+    }
+
+    /// These counters as JSON: the totals, `per_role`, and, with
+    /// `messages` > 0, calls and tokens per 100 messages.
+    pub fn to_json(&self, messages: usize) -> Value {
+        let all = RoleStats {
+            calls: self.calls,
+            failures: self.failures,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            first_valid: self.roles.values().map(|r| r.first_valid).sum(),
+            repaired: self.roles.values().map(|r| r.repaired).sum(),
+            invalid: self.roles.values().map(|r| r.invalid).sum(),
+            latencies_ms: self.latencies_ms.clone(),
+        };
+        let mut v = all.to_json();
+        v["repairs"] = self.repairs.into();
+        v["json_mode"] = self.json_mode.map_or(Value::Null, |m| m.name().into());
+        v["per_role"] = self.roles.iter().map(|(k, r)| (k.clone(), r.to_json())).collect();
+        if messages > 0 {
+            let per = |x: u64| round1(x as f64 * 100.0 / messages as f64);
+            v["messages"] = messages.into();
+            v["per_100_messages"] = serde_json::json!({
+                "calls": per(self.calls),
+                "prompt_tokens": per(self.prompt_tokens),
+                "completion_tokens": per(self.completion_tokens),
+            });
+        }
+        v
+    }
+
+    /// Counts one finished call of `role` (`tokens`: prompt and
+    /// completion tokens of a call that succeeded, `None` for a failure).
+    pub fn count(&mut self, role: &str, ms: f64, tokens: Option<(u64, u64)>) {
+        self.calls += 1;
+        self.latencies_ms.push(ms);
+        match tokens {
+            Some((p, c)) => {
+                self.prompt_tokens += p;
+                self.completion_tokens += c;
+            }
+            None => self.failures += 1,
+        }
+        self.roles.entry(role.to_string()).or_default().count(ms, tokens);
+    }
+
+    /// Counts how a JSON answer of `role` turned out.
+    pub fn note(&mut self, role: &str, outcome: JsonOutcome) {
+        if outcome != JsonOutcome::FirstValid {
+            self.repairs += 1;
+        }
+        self.roles.entry(role.to_string()).or_default().note(outcome);
+    }
 }
 
 /// A chat-completion model.
 pub trait Llm: Send + Sync {
     /// Model name, for reports and errors.
     fn name(&self) -> String;
-    /// Completes a conversation; with `json`, asks the server for a JSON
-    /// object (`response_format`). Returns the assistant's text.
-    fn chat(&self, messages: &[ChatMessage], json: bool) -> Result<String, LlmError>;
+    /// Completes a conversation for `call`; a JSON call asks the server
+    /// for an object of the call's schema (`response_format`). Returns
+    /// the assistant's text.
+    fn chat(&self, call: &Call<'_>, messages: &[ChatMessage]) -> Result<String, LlmError>;
     /// Counters so far.
     fn stats(&self) -> LlmStats;
-    /// Counts a repair request (called by [`ask_json`]).
-    fn note_repair(&self) {}
+    /// Counts how a JSON answer turned out (called by [`ask_json`]).
+    fn note_json(&self, _role: &str, _outcome: JsonOutcome) {}
 }
 
 /// The JSON object in a model's answer: the whole text, the body of a
 /// single Markdown code fence around it, or, when the model wrote prose
 /// around it (as the LLM-as-judge prompt invites), the one balanced
-/// `{...}` span of the text that parses as an object. Anything else —
-/// no object, or several — is an error.
+/// `{...}` span of the text that parses as an object. Raw control
+/// characters inside strings (a line break a model wrote as is, which
+/// JSON forbids and some grammar-constrained servers let through) are
+/// escaped first. Anything else — no object, or several — is an error.
 pub fn extract_json_object(content: &str) -> Result<Value, String> {
     let t = content.trim();
     let body = match t.strip_prefix("```") {
@@ -164,6 +494,41 @@ pub fn extract_json_object(content: &str) -> Result<Value, String> {
         }
         None => t,
     };
+    match (object_in(body), escape_raw_controls(body)) {
+        (Err(_), Some(fixed)) => object_in(&fixed),
+        (res, _) => res,
+    }
+}
+
+/// `s` with the control characters inside its JSON strings escaped, or
+/// `None` when there are none.
+fn escape_raw_controls(s: &str) -> Option<String> {
+    let (mut in_str, mut escaped, mut changed) = (false, false, false);
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if in_str && !escaped && (c as u32) < 0x20 {
+            changed = true;
+            match c {
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c => out.push_str(&format!("\\u{:04x}", c as u32)),
+            }
+            continue;
+        }
+        match (in_str, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (_, false, '"') => in_str = !in_str,
+            _ => {}
+        }
+        out.push(c);
+    }
+    changed.then_some(out)
+}
+
+/// The object `body` is, or the one object span in it.
+fn object_in(body: &str) -> Result<Value, String> {
     match serde_json::from_str::<Value>(body) {
         Ok(v) if v.is_object() => Ok(v),
         Ok(_) => Err("the JSON is not an object".into()),
@@ -217,36 +582,53 @@ fn object_spans(s: &str) -> Vec<&str> {
     out
 }
 
-/// Asks `llm` for a JSON object and checks it with `validate` (which
-/// returns the typed value or says what is wrong). On malformed output it
-/// sends one repair request quoting the problem; a second failure is
-/// [`LlmError::Malformed`].
+/// Asks `llm` for the JSON object of `call` (its role and schema) and
+/// checks it with `validate` (which returns the typed value or says what
+/// is wrong). On malformed output it sends one repair request quoting the
+/// problem; a second failure is [`LlmError::Malformed`]. How the answer
+/// turned out is counted per role ([`Llm::note_json`]).
 pub fn ask_json<T>(
     llm: &dyn Llm,
+    call: &Call<'_>,
     system: &str,
     user: &str,
     validate: impl Fn(&Value) -> Result<T, String>,
 ) -> Result<T, LlmError> {
     let mut messages = vec![ChatMessage::system(system), ChatMessage::user(user)];
-    let first = llm.chat(&messages, true)?;
+    let first = llm.chat(call, &messages)?;
     let reason = match extract_json_object(&first).and_then(|v| validate(&v)) {
-        Ok(t) => return Ok(t),
+        Ok(t) => {
+            llm.note_json(call.role, JsonOutcome::FirstValid);
+            return Ok(t);
+        }
         Err(reason) => reason,
     };
-    llm.note_repair();
     messages.push(ChatMessage::assistant(first));
     messages.push(ChatMessage::user(format!(
         "Your reply could not be used: {reason}. Reply again with only the JSON object the instructions ask for, \
          and nothing else."
     )));
-    let second = llm.chat(&messages, true)?;
-    extract_json_object(&second)
-        .and_then(|v| validate(&v))
-        .map_err(|reason| LlmError::Malformed {
-            model: llm.name(),
-            reason,
-            content: second.chars().take(300).collect(),
-        })
+    let second = llm.chat(call, &messages);
+    let checked = second.map(|second| {
+        extract_json_object(&second)
+            .and_then(|v| validate(&v))
+            .map_err(|reason| LlmError::Malformed {
+                model: llm.name(),
+                reason,
+                content: second.chars().take(300).collect(),
+            })
+    });
+    match checked {
+        Ok(Ok(t)) => {
+            llm.note_json(call.role, JsonOutcome::Repaired);
+            Ok(t)
+        }
+        Ok(Err(e)) => {
+            llm.note_json(call.role, JsonOutcome::Invalid);
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Settings of [`OpenAiChat`].
@@ -265,13 +647,21 @@ pub struct ChatConfig {
     pub max_tokens: u32,
     /// Timeout and retries.
     pub retry: RetryPolicy,
+    /// Sampling seed sent with every request (`seed`), for servers that
+    /// sample reproducibly with one; `None` sends none.
+    pub seed: Option<u64>,
+    /// Send each JSON role's schema with the request ([`JsonMode`]: as
+    /// `json_schema`, or in a `json_object` for servers that take it
+    /// there); a server that refuses a mode is asked in the next one for
+    /// the rest of the session. Off: plain JSON (`json_object`) always.
+    pub structured_outputs: bool,
 }
 
 #[cfg(feature = "http")]
 impl ChatConfig {
     /// Defaults for `model` at `base_url`: key from `OPENAI_API_KEY`,
     /// temperature 0, 1,024 completion tokens, 120 s timeout, 4 retries
-    /// from 1 s.
+    /// from 1 s, no seed, structured outputs on.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         ChatConfig {
             base_url: base_url.into(),
@@ -284,6 +674,8 @@ impl ChatConfig {
                 max_retries: 4,
                 backoff: Duration::from_secs(1),
             },
+            seed: None,
+            structured_outputs: true,
         }
     }
 }
@@ -350,28 +742,28 @@ impl OpenAiChat {
 }
 
 #[cfg(feature = "http")]
-impl Llm for OpenAiChat {
-    fn name(&self) -> String {
-        self.cfg.model.clone()
-    }
-
-    fn chat(&self, messages: &[ChatMessage], json: bool) -> Result<String, LlmError> {
-        let msgs: Vec<Value> = messages
-            .iter()
-            .map(|m| json!({"role": m.role, "content": m.content}))
-            .collect();
+impl OpenAiChat {
+    /// One request with `response_format` set as `format` says (`None`:
+    /// not set); the content and the prompt and completion tokens. An
+    /// error answer that says the server does not take `response_format`
+    /// is returned at once, not retried.
+    fn send(&self, msgs: &[Value], format: Option<Value>) -> Result<(String, u64, u64), LlmError> {
         let mut body = json!({
             "model": self.cfg.model,
             "messages": msgs,
             "temperature": self.cfg.temperature,
             "max_tokens": self.cfg.max_tokens,
         });
-        if json {
-            body["response_format"] = json!({"type": "json_object"});
+        if let Some(seed) = self.cfg.seed {
+            body["seed"] = seed.into();
+        }
+        let asked = format.is_some();
+        if let Some(f) = format {
+            body["response_format"] = f;
         }
         let key = api_key(&self.cfg.api_key_env);
-        let t0 = Instant::now();
-        let res = match self.client.post(&self.url, &body, key.as_deref()) {
+        let refusal = |status: u16, text: &str| asked && format_refused(status, text);
+        match self.client.post_unless(&self.url, &body, key.as_deref(), refusal) {
             Ok(text) => self.parse(&text),
             Err(HttpFailure::Status { status, body, .. }) => Err(LlmError::Http {
                 status,
@@ -383,19 +775,68 @@ impl Llm for OpenAiChat {
                 attempts,
                 reason,
             }),
+        }
+    }
+
+    /// A JSON call: in the session's [`JsonMode`], moving down a mode
+    /// (for the rest of the session) each time the server refuses one.
+    fn send_json(&self, msgs: &[Value], role: &str, schema: &Value) -> Result<(String, u64, u64), LlmError> {
+        let mut mode = if self.cfg.structured_outputs {
+            self.stats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .json_mode
+                .unwrap_or(JsonMode::Schema)
+        } else {
+            JsonMode::Object
+        };
+        loop {
+            match (self.send(msgs, mode.format(role, schema)), mode.next()) {
+                (Err(LlmError::Http { status, body, .. }), Some(next)) if format_refused(status, &body) => {
+                    mode = next;
+                    self.record(|s| s.json_mode = Some(mode));
+                }
+                (res, _) => {
+                    if res.is_ok() {
+                        self.record(|s| {
+                            s.json_mode.get_or_insert(mode);
+                        });
+                    }
+                    return res;
+                }
+            }
+        }
+    }
+}
+
+/// Whether an error answer says the server does not take the request's
+/// `response_format` (a 4xx other than 429, or a 5xx as llama-cpp-python
+/// answers, whose body names `response_format` or `json_schema`), rather
+/// than that the request failed for another reason.
+#[cfg(feature = "http")]
+fn format_refused(status: u16, body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    status >= 400 && status != 429 && (b.contains("response_format") || b.contains("json_schema"))
+}
+
+#[cfg(feature = "http")]
+impl Llm for OpenAiChat {
+    fn name(&self) -> String {
+        self.cfg.model.clone()
+    }
+
+    fn chat(&self, call: &Call<'_>, messages: &[ChatMessage]) -> Result<String, LlmError> {
+        let msgs: Vec<Value> = messages
+            .iter()
+            .map(|m| json!({"role": m.role, "content": m.content}))
+            .collect();
+        let t0 = Instant::now();
+        let res = match call.schema {
+            Some(schema) => self.send_json(&msgs, call.role, schema),
+            None => self.send(&msgs, None),
         };
         let ms = t0.elapsed().as_secs_f64() * 1e3;
-        self.record(|s| {
-            s.calls += 1;
-            s.latencies_ms.push(ms);
-            match &res {
-                Ok((_, p, c)) => {
-                    s.prompt_tokens += p;
-                    s.completion_tokens += c;
-                }
-                Err(_) => s.failures += 1,
-            }
-        });
+        self.record(|s| s.count(call.role, ms, res.as_ref().ok().map(|(_, p, c)| (*p, *c))));
         res.map(|(content, _, _)| content)
     }
 
@@ -403,8 +844,121 @@ impl Llm for OpenAiChat {
         self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn note_repair(&self) {
-        self.record(|s| s.repairs += 1);
+    fn note_json(&self, role: &str, outcome: JsonOutcome) {
+        self.record(|s| s.note(role, outcome));
+    }
+}
+
+/// Builders of the small JSON Schemas the roles' answers follow (the
+/// subset that OpenAI's, vLLM's and llama.cpp's structured outputs all
+/// take: objects, arrays, strings, integers with bounds, numbers with
+/// bounds, booleans, enumerations, `null` alternatives).
+pub mod schema {
+    use serde_json::{Value, json};
+
+    /// An object with `props` (name, schema) of which `required` must be
+    /// present; no other properties.
+    pub fn object(props: &[(&str, Value)], required: &[&str]) -> Value {
+        let properties: serde_json::Map<String, Value> =
+            props.iter().map(|(k, v)| ((*k).to_string(), v.clone())).collect();
+        json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": false,
+        })
+    }
+
+    /// Most characters of a name, a topic, a key ([`short`]).
+    pub const SHORT: usize = 120;
+    /// Most characters of a sentence-sized answer ([`text`]).
+    pub const TEXT: usize = 400;
+    /// Most characters of a paragraph-sized answer ([`long_text`]).
+    pub const LONG: usize = 900;
+
+    /// A non-empty string of at most `max` characters (`max` < 1,000:
+    /// llama.cpp's schema-to-grammar conversions nest one rule per
+    /// character of the bound, and a longer bound overflows the server's
+    /// grammar parser). The bound also stops a model that repeats itself
+    /// inside a string until its token limit cuts the JSON short.
+    pub fn string(max: usize) -> Value {
+        json!({"type": "string", "minLength": 1, "maxLength": max.clamp(1, 999)})
+    }
+
+    /// A name, a topic or a key: [`string`]`(`[`SHORT`]`)`.
+    pub fn short() -> Value {
+        string(SHORT)
+    }
+
+    /// A sentence or two: [`string`]`(`[`TEXT`]`)`.
+    pub fn text() -> Value {
+        string(TEXT)
+    }
+
+    /// A paragraph: [`string`]`(`[`LONG`]`)`.
+    pub fn long_text() -> Value {
+        string(LONG)
+    }
+
+    /// A non-empty string or `null`.
+    pub fn string_or_null() -> Value {
+        json!({"type": ["string", "null"]})
+    }
+
+    /// A string equal to one of `values`.
+    pub fn one_of(values: &[&str]) -> Value {
+        json!({"type": "string", "enum": values})
+    }
+
+    /// An integer in `lo..=hi`: as an enumeration of the values when
+    /// there are at most 256 of them (servers that turn a schema into a
+    /// grammar honour enumerations, not every one honours bounds), as
+    /// bounds otherwise.
+    pub fn integer(lo: usize, hi: usize) -> Value {
+        let hi = hi.max(lo);
+        if hi - lo < 256 {
+            json!({"type": "integer", "enum": (lo..=hi).collect::<Vec<_>>()})
+        } else {
+            json!({"type": "integer", "minimum": lo, "maximum": hi})
+        }
+    }
+
+    /// A `YYYY-MM-DD` date string.
+    pub fn date() -> Value {
+        json!({"type": "string", "format": "date"})
+    }
+
+    /// A `YYYY-MM-DD` date string or `null`.
+    pub fn date_or_null() -> Value {
+        json!({"anyOf": [date(), {"type": "null"}]})
+    }
+
+    /// A string matching the regular expression `re` (anchored).
+    pub fn matching(re: &str) -> Value {
+        json!({"type": "string", "pattern": re})
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn number(lo: f64, hi: f64) -> Value {
+        json!({"type": "number", "minimum": lo, "maximum": hi})
+    }
+
+    /// `true` or `false`.
+    pub fn boolean() -> Value {
+        json!({"type": "boolean"})
+    }
+
+    /// A value that matches one of `schemas`.
+    pub fn any_of(schemas: &[Value]) -> Value {
+        json!({"anyOf": schemas})
+    }
+
+    /// A list of `items`, at most `max` of them (`None`: no bound).
+    pub fn array(items: Value, max: Option<usize>) -> Value {
+        match max {
+            Some(m) => json!({"type": "array", "items": items, "maxItems": m}),
+            None => json!({"type": "array", "items": items}),
+        }
     }
 }
 
@@ -426,5 +980,11 @@ mod tests {
                 .contains("2 JSON objects")
         );
         assert!(extract_json_object("{broken").is_err());
+        // A line break written as is inside a string is escaped; one
+        // between tokens is whitespace, as JSON allows.
+        let v = extract_json_object("{\"a\": \"one\ntwo\ttab\",\n \"b\": \"q\\\"\n\"}").unwrap();
+        assert_eq!(v["a"], "one\ntwo\ttab");
+        assert_eq!(v["b"], "q\"\n");
+        assert_eq!(escape_raw_controls("{\"a\": 1}\n"), None);
     }
 }

@@ -14,7 +14,7 @@
 //! fades even when it matters.
 
 use crate::error::Result;
-use crate::llm::{Llm, ask_json};
+use crate::llm::{Call, Llm, ask_json, schema};
 use crate::text::word_runs;
 use crate::tokens;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -174,13 +174,25 @@ fn summary_field(v: &serde_json::Value) -> std::result::Result<String, String> {
     }
 }
 
+/// `{"summary": "..."}`.
+fn summary_schema() -> serde_json::Value {
+    schema::object(&[("summary", schema::text())], &["summary"])
+}
+
 /// `S_t = Summarizer(S_{t-1}, u_t)` with the model.
 pub fn llm_update(llm: &dyn Llm, prev: &str, speaker: &str, text: &str, max_tokens: usize) -> Result<String> {
     let user = format!(
         "Previous summary: {}\nNew turn - {speaker}: {text}\nWrite the updated one-sentence summary.",
         if prev.is_empty() { "(none yet)" } else { prev }
     );
-    let s = ask_json(llm, UPDATE_SYSTEM, &user, summary_field)?;
+    let schema = summary_schema();
+    let s = ask_json(
+        llm,
+        &Call::json("hema_update", &schema),
+        UPDATE_SYSTEM,
+        &user,
+        summary_field,
+    )?;
     Ok(tokens::truncate(&s, max_tokens))
 }
 
@@ -190,7 +202,14 @@ pub fn llm_merge(llm: &dyn Llm, older: &str, recent: &str, max_tokens: usize) ->
         "Older summary: {}\nRecent summary: {recent}\nWrite the merged one-sentence summary.",
         if older.is_empty() { "(none)" } else { older }
     );
-    let s = ask_json(llm, MERGE_SYSTEM, &user, summary_field)?;
+    let schema = summary_schema();
+    let s = ask_json(
+        llm,
+        &Call::json("hema_merge", &schema),
+        MERGE_SYSTEM,
+        &user,
+        summary_field,
+    )?;
     Ok(tokens::truncate(&s, max_tokens))
 }
 

@@ -41,7 +41,7 @@
 
 use super::tree::Head;
 use super::*;
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::nemori::boundary::{opening_marker, prompt_line};
 use crate::nemori::episode::{sentence_words, sentences, top_words};
 use crate::store::Message;
@@ -493,7 +493,21 @@ pub fn llm_init(llm: &dyn Llm, msgs: &[&Message]) -> Result<Routing, LlmError> {
         user.push('\n');
     }
     let n = msgs.len();
-    ask_json(llm, INIT_PROMPT, &user, |v| {
+    let fragment = schema::object(
+        &[("message", schema::integer(1, n)), ("excerpt", schema::text())],
+        &["message", "excerpt"],
+    );
+    let story = schema::object(
+        &[
+            ("owner", schema::short()),
+            ("topic", schema::short()),
+            ("characters", schema::array(schema::short(), None)),
+            ("fragments", schema::array(fragment, Some(2 * n))),
+        ],
+        &["owner", "topic", "fragments"],
+    );
+    let schema = schema::object(&[("stories", schema::array(story, Some(n)))], &["stories"]);
+    ask_json(llm, &Call::json("amory_init", &schema), INIT_PROMPT, &user, |v| {
         let stories = v
             .get("stories")
             .and_then(Value::as_array)
@@ -561,7 +575,36 @@ pub fn llm_bind(
     }
     let n = turn.len();
     let existing = stories.len();
-    ask_json(llm, BIND_PROMPT, &user, |v| {
+    // A decision extends a story (by number) or creates one (with its
+    // topic and owner); with no story yet, it can only create one.
+    let create = schema::object(
+        &[
+            ("message", schema::integer(1, n)),
+            ("excerpt", schema::text()),
+            ("action", schema::one_of(&["create_new_story"])),
+            ("topic", schema::short()),
+            ("owner", schema::short()),
+            ("characters", schema::array(schema::short(), Some(8))),
+        ],
+        &["message", "excerpt", "action", "topic", "owner"],
+    );
+    let decision = if existing == 0 {
+        create
+    } else {
+        let extend = schema::object(
+            &[
+                ("message", schema::integer(1, n)),
+                ("excerpt", schema::text()),
+                ("action", schema::one_of(&["extend_story"])),
+                ("story", schema::integer(1, existing)),
+                ("characters", schema::array(schema::short(), Some(8))),
+            ],
+            &["message", "excerpt", "action", "story"],
+        );
+        schema::any_of(&[extend, create])
+    };
+    let schema = schema::object(&[("decisions", schema::array(decision, Some(2 * n)))], &["decisions"]);
+    ask_json(llm, &Call::json("amory_bind", &schema), BIND_PROMPT, &user, |v| {
         let decisions = v
             .get("decisions")
             .and_then(Value::as_array)
@@ -1016,7 +1059,7 @@ mod tests {
                 fn name(&self) -> String {
                     "one".into()
                 }
-                fn chat(&self, _: &[crate::llm::ChatMessage], _: bool) -> Result<String, LlmError> {
+                fn chat(&self, _: &crate::llm::Call<'_>, _: &[crate::llm::ChatMessage]) -> Result<String, LlmError> {
                     Ok(self.0.clone())
                 }
                 fn stats(&self) -> crate::llm::LlmStats {

@@ -30,7 +30,7 @@
 use super::binding::{headline_exclusions, headline_words, split_speaker};
 use super::tree::{Frag, Head, story_prompt};
 use super::*;
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::nemori::boundary::tiling;
 use crate::nemori::episode::top_words;
 use crate::text::content_words;
@@ -174,7 +174,28 @@ const CONSOLIDATE_PROMPT: &str = include_str!("../prompts/amory_consolidate.txt"
 pub fn with_llm(llm: &dyn Llm, head: &Head, existing: &[&str], window: &[&Frag]) -> Result<Consolidated, LlmError> {
     let user = story_prompt(head, existing, window);
     let n = window.len();
-    ask_json(llm, CONSOLIDATE_PROMPT, &user, |v| parse(v, n, &head.headline))
+    let sub = schema::object(
+        &[
+            ("sub_topic", schema::short()),
+            ("start", schema::integer(1, n)),
+            ("end", schema::integer(1, n)),
+        ],
+        &["sub_topic", "start", "end"],
+    );
+    let schema = schema::object(
+        &[
+            ("substories", schema::array(sub, Some(n))),
+            ("new_topic", schema::string_or_null()),
+        ],
+        &["substories"],
+    );
+    ask_json(
+        llm,
+        &Call::json("amory_consolidate", &schema),
+        CONSOLIDATE_PROMPT,
+        &user,
+        |v| parse(v, n, &head.headline),
+    )
 }
 
 /// Checks `{"substories": [{"sub_topic", "start", "end"}], "new_topic"}`.
@@ -183,10 +204,9 @@ fn parse(v: &Value, n: usize, current: &str) -> Result<Consolidated, String> {
         .get("substories")
         .and_then(Value::as_array)
         .ok_or("`substories` must be a list")?;
-    let lens = tiling(subs, n, "substory")?;
     let mut subplots = Vec::with_capacity(subs.len());
-    for (i, (s, len)) in subs.iter().zip(lens).enumerate() {
-        let topic = s
+    for (i, len) in tiling(subs, n, "substory")? {
+        let topic = subs[i]
             .get("sub_topic")
             .and_then(Value::as_str)
             .map(|t| t.split_whitespace().collect::<Vec<_>>().join(" "))
@@ -492,7 +512,7 @@ mod tests {
     }
 
     #[test]
-    fn model_answers_must_tile_the_window() {
+    fn model_answers_are_read_as_the_split_their_starts_make() {
         let ok = json!({"substories": [{"sub_topic": "Adopting Pixel", "start": 1, "end": 2},
                                        {"sub_topic": "Vet visit", "start": 3, "end": 3}], "new_topic": "Ann's cat"});
         let c = parse(&ok, 3, "Pixel").unwrap();
@@ -503,9 +523,16 @@ mod tests {
         assert_eq!(c.headline.as_deref(), Some("Ann's cat"));
         let same = json!({"substories": [{"sub_topic": "All", "start": 1, "end": 3}], "new_topic": "Pixel"});
         assert_eq!(parse(&same, 3, "Pixel").unwrap().headline, None);
+        // Blocks out of order and overlapping are read by their starts.
+        let sloppy = json!({"substories": [{"sub_topic": "Vet visit", "start": 3, "end": 2},
+                                           {"sub_topic": "Adopting Pixel", "start": 1, "end": 3}], "new_topic": null});
+        assert_eq!(
+            parse(&sloppy, 3, "Pixel").unwrap().subplots,
+            [("Adopting Pixel".to_string(), 1), ("Vet visit".to_string(), 2)]
+        );
         for bad in [
-            json!({"substories": [{"sub_topic": "A", "start": 1, "end": 2}], "new_topic": null}),
-            json!({"substories": [{"sub_topic": "A", "start": 2, "end": 3}], "new_topic": null}),
+            json!({"substories": [], "new_topic": null}),
+            json!({"substories": [{"sub_topic": "A", "start": 1, "end": 4}], "new_topic": null}),
             json!({"substories": [{"sub_topic": " ", "start": 1, "end": 3}], "new_topic": null}),
             json!({"substories": [{"sub_topic": "A", "start": 1, "end": 3}], "new_topic": 5}),
             json!({"substories": [{"sub_topic": "A", "start": 1, "end": 3}], "new_topic": ""}),

@@ -24,7 +24,7 @@
 use super::tree::{Leaf, Tree};
 use super::*;
 use crate::graph::entity_key;
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::text::words;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
@@ -172,7 +172,16 @@ pub fn llm_choose(
     let system = RETRIEVE_PROMPT.replace("{k}", &k.to_string());
     let user = format!("Question: {question}\n\nStories:\n{}", tree_prompt(tree, leaves));
     let n = leaves.len();
-    ask_json(llm, &system, &user, |v| parse(v, n, k))
+    let schema = schema::object(
+        &[
+            ("choices", schema::array(schema::integer(1, n), Some(k.max(1)))),
+            ("entities", schema::array(schema::short(), Some(8))),
+        ],
+        &["choices"],
+    );
+    ask_json(llm, &Call::json("amory_retrieve", &schema), &system, &user, |v| {
+        parse(v, n, k)
+    })
 }
 
 /// Checks `{"choices": [leaf numbers], "entities": [names]}`.

@@ -35,7 +35,7 @@ use super::binding::{names_in, split_speaker};
 use super::tree::story_prompt;
 use super::tree::{Frag, Head};
 use crate::graph::{entity_key, predicate_key};
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::text::content_words;
 use serde_json::Value;
 use unicode_segmentation::UnicodeSegmentation;
@@ -487,7 +487,23 @@ const SEMANTICIZE_PROMPT: &str = include_str!("../prompts/amory_semanticize.txt"
 pub fn with_llm(llm: &dyn Llm, head: &Head, subplots: &[&str], window: &[&Frag]) -> Result<Vec<Fact>, LlmError> {
     let user = story_prompt(head, subplots, window);
     let n = window.len();
-    ask_json(llm, SEMANTICIZE_PROMPT, &user, |v| parse(v, n))
+    let fact = schema::object(
+        &[
+            ("subject", schema::short()),
+            ("predicate", schema::short()),
+            ("object", schema::text()),
+            ("item", schema::integer(1, n)),
+        ],
+        &["subject", "predicate", "object", "item"],
+    );
+    let schema = schema::object(&[("facts", schema::array(fact, Some(2 * n)))], &["facts"]);
+    ask_json(
+        llm,
+        &Call::json("amory_semanticize", &schema),
+        SEMANTICIZE_PROMPT,
+        &user,
+        |v| parse(v, n),
+    )
 }
 
 /// Checks `{"facts": [{"subject", "predicate", "object", "item"}]}`.

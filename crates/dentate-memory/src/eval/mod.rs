@@ -37,7 +37,7 @@ pub mod locomo;
 pub mod metrics;
 
 use crate::error::{MemoryError, Result};
-use crate::llm::{ChatMessage, Llm, ask_json};
+use crate::llm::{Call, ChatMessage, Llm, ask_json, schema};
 use crate::memory::{Memory, PipelineKind};
 use crate::pipeline::Cut;
 use crate::pipeline::{Packer, Retrieved, Retriever, Sayer};
@@ -551,7 +551,10 @@ pub fn generate_answer(llm: &dyn Llm, context: &str, question: &str) -> Result<S
         .replace("{full_stories}", context)
         .replace("{add_trivas}", "(none)")
         .replace("{question}", question);
-    Ok(llm.chat(&[ChatMessage::user(prompt)], false)?.trim().to_string())
+    Ok(llm
+        .chat(&Call::text("answer"), &[ChatMessage::user(prompt)])?
+        .trim()
+        .to_string())
 }
 
 /// Judges `generated` against `gold` with the LLM-as-judge prompt.
@@ -560,8 +563,17 @@ pub fn judge(llm: &dyn Llm, question: &str, gold: &str, generated: &str) -> Resu
         .replace("{question}", question)
         .replace("{gold_answer}", gold)
         .replace("{generated_answer}", generated);
+    // The reasoning comes first, as the prompt asks, then the label.
+    let schema = schema::object(
+        &[
+            ("reasoning", schema::text()),
+            ("label", schema::one_of(&["CORRECT", "WRONG"])),
+        ],
+        &["reasoning", "label"],
+    );
     Ok(ask_json(
         llm,
+        &Call::json("judge", &schema),
         "You grade answers. Reply with a JSON object only.",
         &prompt,
         judge_label,

@@ -22,7 +22,7 @@
 //!   window of messages (20), the model splits it into contiguous
 //!   segments; all but the last become episodes and the last stays open.
 
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::store::Message;
 use crate::time::human_date;
 use serde_json::Value;
@@ -242,23 +242,37 @@ pub fn llm_decision(llm: &dyn Llm, buffer: &[&Message], next: &Message) -> Resul
     }
     user.push_str("\nNew message:\n");
     user.push_str(&prompt_line(buffer.len() + 1, next));
-    ask_json(llm, BOUNDARY_PROMPT, &user, |v| {
-        let boundary = v
-            .get("boundary")
-            .and_then(Value::as_bool)
-            .ok_or("`boundary` must be true or false")?;
-        let confidence = v
-            .get("confidence")
-            .and_then(Value::as_f64)
-            .filter(|c| (0.0..=1.0).contains(c))
-            .ok_or("`confidence` must be a number from 0 to 1")?;
-        let reason = v.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
-        Ok(Decision {
-            boundary,
-            confidence: confidence as f32,
-            reason,
-        })
-    })
+    let schema = schema::object(
+        &[
+            ("boundary", schema::boolean()),
+            ("confidence", schema::number(0.0, 1.0)),
+            ("reason", schema::text()),
+        ],
+        &["boundary", "confidence"],
+    );
+    ask_json(
+        llm,
+        &Call::json("nemori_boundary", &schema),
+        BOUNDARY_PROMPT,
+        &user,
+        |v| {
+            let boundary = v
+                .get("boundary")
+                .and_then(Value::as_bool)
+                .ok_or("`boundary` must be true or false")?;
+            let confidence = v
+                .get("confidence")
+                .and_then(Value::as_f64)
+                .filter(|c| (0.0..=1.0).contains(c))
+                .ok_or("`confidence` must be a number from 0 to 1")?;
+            let reason = v.get("reason").and_then(Value::as_str).unwrap_or("").to_string();
+            Ok(Decision {
+                boundary,
+                confidence: confidence as f32,
+                reason,
+            })
+        },
+    )
 }
 
 /// The batch detector with a model: splits `window` into contiguous
@@ -270,43 +284,62 @@ pub fn llm_segments(llm: &dyn Llm, window: &[&Message]) -> Result<Vec<usize>, Ll
         user.push_str(&prompt_line(i + 1, m));
         user.push('\n');
     }
-    ask_json(llm, BATCH_PROMPT, &user, |v| parse_segments(v, n))
+    let segment = schema::object(
+        &[
+            ("start", schema::integer(1, n)),
+            ("end", schema::integer(1, n)),
+            ("topic", schema::short()),
+        ],
+        &["start", "end"],
+    );
+    let schema = schema::object(&[("segments", schema::array(segment, Some(n)))], &["segments"]);
+    ask_json(llm, &Call::json("nemori_segments", &schema), BATCH_PROMPT, &user, |v| {
+        parse_segments(v, n)
+    })
 }
 
-/// Checks a batch answer `{"segments": [{"start", "end"}, …]}`: 1-based,
-/// inclusive, in order, covering `1..=n` without gaps or overlaps.
+/// Reads a batch answer `{"segments": [{"start", "end"}, …]}` (1-based,
+/// inclusive) as the split of `1..=n` its starts make ([`tiling`]).
 fn parse_segments(v: &Value, n: usize) -> Result<Vec<usize>, String> {
     let segs = v
         .get("segments")
         .and_then(Value::as_array)
         .ok_or("`segments` must be a list")?;
-    tiling(segs, n, "segment")
+    Ok(tiling(segs, n, "segment")?.into_iter().map(|(_, len)| len).collect())
 }
 
-/// Checks a list of `{"start", "end"}` blocks (1-based, inclusive) that
-/// must tile `1..=n` in order without gaps or overlaps; returns their
-/// lengths. `what` names a block in errors.
-pub(crate) fn tiling(segs: &[Value], n: usize, what: &str) -> Result<Vec<usize>, String> {
-    let mut next = 1usize;
-    let mut lens = Vec::with_capacity(segs.len());
+/// Reads a list of `{"start", "end"}` blocks (1-based, inclusive) that
+/// should tile `1..=n` as the split their starts make: blocks in order of
+/// their starts (a block written backwards is turned round), the first
+/// starting at 1, each running to the next one's start, the last to `n`;
+/// a block that starts where an earlier one does adds nothing. A model's
+/// blocks that overlap, leave gaps or come out of order (small models
+/// write them so) are thus read as the boundaries they mark, rather than
+/// refused. Returns, per block of the split, the index of the answer's
+/// block it comes from and its length. An answer with no block, or a
+/// block without integer `start` and `end` in `1..=n`, is an error; `what`
+/// names a block in errors.
+pub(crate) fn tiling(segs: &[Value], n: usize, what: &str) -> Result<Vec<(usize, usize)>, String> {
+    let mut starts = Vec::with_capacity(segs.len());
     for (i, s) in segs.iter().enumerate() {
-        let get = |k: &str| s.get(k).and_then(Value::as_u64).map(|x| x as usize);
-        let (Some(start), Some(end)) = (get("start"), get("end")) else {
+        let get = |k: &str| s.get(k).and_then(Value::as_u64);
+        let (Some(a), Some(b)) = (get("start"), get("end")) else {
             return Err(format!("{what} {} needs integer `start` and `end`", i + 1));
         };
-        if start != next || end < start || end > n {
-            return Err(format!(
-                "{what} {} is {start}–{end}; {what}s must be contiguous, in order, and cover 1–{n} (expected a start of {next})",
-                i + 1
-            ));
+        let (start, end) = (a.min(b), a.max(b));
+        if start < 1 || end > n as u64 {
+            return Err(format!("{what} {} is {a}–{b}, outside 1–{n}", i + 1));
         }
-        lens.push(end - start + 1);
-        next = end + 1;
+        starts.push((start as usize, i));
     }
-    if next != n + 1 {
-        return Err(format!("the {what}s end at {}, not {n}", next - 1));
-    }
-    Ok(lens)
+    starts.sort();
+    starts.dedup_by_key(|(start, _)| *start);
+    let Some(first) = starts.first_mut() else {
+        return Err(format!("no {what}: at least one must cover 1–{n}"));
+    };
+    first.0 = 1;
+    let ends = starts.iter().skip(1).map(|&(s, _)| s).chain([n + 1]);
+    Ok(starts.iter().zip(ends).map(|(&(s, i), e)| (i, e - s)).collect())
 }
 
 #[cfg(test)]
@@ -388,15 +421,27 @@ mod tests {
     }
 
     #[test]
-    fn batch_answers_must_tile_the_window() {
-        let ok = json!({"segments": [{"start": 1, "end": 3}, {"start": 4, "end": 5}]});
-        assert_eq!(parse_segments(&ok, 5).unwrap(), vec![3, 2]);
+    fn batch_answers_are_read_as_the_split_their_starts_make() {
+        let seg = |pairs: &[(u64, u64)]| json!({"segments": pairs.iter().map(|(s, e)| json!({"start": s, "end": e})).collect::<Vec<_>>()});
+        for (answer, split) in [
+            // A clean tiling.
+            (seg(&[(1, 3), (4, 5)]), vec![3, 2]),
+            // A gap: the earlier segment runs on to the next start.
+            (seg(&[(1, 3), (5, 5)]), vec![4, 1]),
+            // An overlap: the later segment starts where it says.
+            (seg(&[(1, 3), (3, 5)]), vec![2, 3]),
+            // Too short, or not from 1: one segment over everything.
+            (seg(&[(1, 4)]), vec![5]),
+            (seg(&[(2, 5)]), vec![5]),
+            // Out of order, backwards, repeated.
+            (seg(&[(4, 5), (3, 1), (4, 4)]), vec![3, 2]),
+        ] {
+            assert_eq!(parse_segments(&answer, 5).unwrap(), split, "{answer}");
+        }
         for bad in [
-            json!({"segments": [{"start": 1, "end": 3}, {"start": 5, "end": 5}]}),
-            json!({"segments": [{"start": 1, "end": 3}, {"start": 3, "end": 5}]}),
-            json!({"segments": [{"start": 1, "end": 4}]}),
-            json!({"segments": [{"start": 1, "end": 6}]}),
-            json!({"segments": [{"start": 2, "end": 5}]}),
+            seg(&[(1, 6)]),
+            seg(&[(0, 5)]),
+            seg(&[]),
             json!({"segments": "1-5"}),
             json!({"segments": [{"start": "1", "end": 5}]}),
         ] {

@@ -16,7 +16,7 @@
 //! messages say about one thing into one sentence.
 
 use super::boundary::prompt_line;
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::store::Message;
 use crate::text::{content_words, words};
 use crate::time::parse_iso8601;
@@ -261,26 +261,40 @@ pub fn with_llm(llm: &dyn Llm, segment: &[&Message]) -> Result<Episode, LlmError
         user.push('\n');
     }
     let first = segment.first().and_then(|m| m.msg.said_at);
-    ask_json(llm, EPISODE_PROMPT, &user, |v| {
-        let text = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .ok_or(format!("`{k}` must be a non-empty string"))
-        };
-        let refers_to = match v.get("date") {
-            None | Some(Value::Null) => first,
-            Some(Value::String(d)) => Some(parse_iso8601(d).ok_or(format!("`date` `{d}` is not YYYY-MM-DD"))?),
-            Some(_) => return Err("`date` must be a YYYY-MM-DD string or null".into()),
-        };
-        Ok(Episode {
-            title: text("title")?.replace('\n', " "),
-            narrative: text("narrative")?,
-            refers_to,
-        })
-    })
+    let schema = schema::object(
+        &[
+            ("title", schema::short()),
+            ("narrative", schema::long_text()),
+            ("date", schema::date_or_null()),
+        ],
+        &["title", "narrative"],
+    );
+    ask_json(
+        llm,
+        &Call::json("nemori_episode", &schema),
+        EPISODE_PROMPT,
+        &user,
+        |v| {
+            let text = |k: &str| {
+                v.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .ok_or(format!("`{k}` must be a non-empty string"))
+            };
+            let refers_to = match v.get("date") {
+                None | Some(Value::Null) => first,
+                Some(Value::String(d)) => Some(parse_iso8601(d).ok_or(format!("`date` `{d}` is not YYYY-MM-DD"))?),
+                Some(_) => return Err("`date` must be a YYYY-MM-DD string or null".into()),
+            };
+            Ok(Episode {
+                title: text("title")?.replace('\n', " "),
+                narrative: text("narrative")?,
+                refers_to,
+            })
+        },
+    )
 }
 
 #[cfg(test)]

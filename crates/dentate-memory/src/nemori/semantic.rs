@@ -21,7 +21,7 @@
 
 use super::boundary::prompt_line;
 use super::episode::{Sentence, sentence_words};
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::store::Message;
 use serde_json::Value;
 
@@ -124,14 +124,21 @@ pub fn predict(llm: &dyn Llm, title: &str, known: &[String]) -> Result<String, L
         user.push_str(k);
         user.push('\n');
     }
-    ask_json(llm, PREDICT_PROMPT, &user, |v| {
-        v.get("prediction")
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .ok_or_else(|| "`prediction` must be a non-empty string".to_string())
-    })
+    let schema = schema::object(&[("prediction", schema::long_text())], &["prediction"]);
+    ask_json(
+        llm,
+        &Call::json("nemori_predict", &schema),
+        PREDICT_PROMPT,
+        &user,
+        |v| {
+            v.get("prediction")
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .ok_or_else(|| "`prediction` must be a non-empty string".to_string())
+        },
+    )
 }
 
 /// Stage 2 with a model: statements for what `prediction` missed in the
@@ -149,7 +156,24 @@ pub fn distill(
     }
     let n = segment.len();
     let max = cfg.max_statements;
-    ask_json(llm, DISTILL_PROMPT, &user, |v| parse_statements(v, n, max))
+    let statement = schema::object(
+        &[
+            ("statement", schema::text()),
+            ("sources", schema::array(schema::integer(1, n), Some(n))),
+        ],
+        &["statement"],
+    );
+    let schema = schema::object(
+        &[("statements", schema::array(statement, Some(max.max(1))))],
+        &["statements"],
+    );
+    ask_json(
+        llm,
+        &Call::json("nemori_distill", &schema),
+        DISTILL_PROMPT,
+        &user,
+        |v| parse_statements(v, n, max),
+    )
 }
 
 /// Checks `{"statements": [{"statement", "sources": [1-based]}]}`; a

@@ -39,7 +39,7 @@
 //! continue each other is two fragments.
 
 use crate::dates::{self, Tense, When};
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::nemori::episode::{sentence_words, speaker_names};
 use crate::store::Message;
 use crate::text::words;
@@ -675,7 +675,41 @@ pub fn with_llm(llm: &dyn Llm, session: &[&Message]) -> Result<Vec<Fragment>, Ll
         .iter()
         .map(|m| m.msg.said_at.map(|t| t.div_euclid(86_400)))
         .collect();
-    ask_json(llm, EXTRACT_PROMPT, &user, |v| parse_fragments(v, &days))
+    let n = session.len();
+    let fragment = schema::object(
+        &[
+            ("key", schema::short()),
+            ("value", schema::text()),
+            ("message_id", schema::integer(1, n)),
+            (
+                "date",
+                schema::matching("^((Before|After) )?[0-9]{4}-[0-9]{2}-[0-9]{2}$"),
+            ),
+        ],
+        &["key", "value", "message_id"],
+    );
+    // A session's fragments: at most as many per category as it has
+    // messages (a bound that also stops a model that repeats itself).
+    let list = || schema::array(fragment.clone(), Some(n));
+    let schema = schema::object(
+        &[
+            ("Factual_Information", list()),
+            ("Experiential_Information", list()),
+            ("Subjective_Information", list()),
+        ],
+        &[
+            "Factual_Information",
+            "Experiential_Information",
+            "Subjective_Information",
+        ],
+    );
+    ask_json(
+        llm,
+        &Call::json("premem_extract", &schema),
+        EXTRACT_PROMPT,
+        &user,
+        |v| parse_fragments(v, &days),
+    )
 }
 
 /// Checks an extraction answer against a session whose messages have the

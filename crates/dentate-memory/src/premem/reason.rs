@@ -26,7 +26,7 @@
 //! Extension/generalisation, specification/refinement and implications
 //! need understanding a template cannot fake: offline makes none of them.
 
-use crate::llm::{Llm, LlmError, ask_json};
+use crate::llm::{Call, Llm, LlmError, ask_json, schema};
 use crate::text::{content_words, words};
 use crate::time::{human_date, parse_iso8601};
 use serde_json::Value;
@@ -426,7 +426,31 @@ pub fn with_llm(llm: &dyn Llm, older: &[Known], newer: &[Known], max: usize) -> 
         user.push('\n');
     }
     let n = older.len() + newer.len();
-    let mut out = ask_json(llm, REASON_PROMPT, &user, |v| parse_insights(v, n))?;
+    let insight = schema::object(
+        &[
+            (
+                "inference_type",
+                schema::one_of(&[
+                    "extension/generalization",
+                    "accumulation",
+                    "specification/refinement",
+                    "transformation",
+                    "connection/implication",
+                ]),
+            ),
+            ("key", schema::short()),
+            ("date", schema::string_or_null()),
+            ("value", schema::text()),
+        ],
+        &["inference_type", "key", "value"],
+    );
+    let schema = schema::object(
+        &[("extended_insight", schema::array(insight, Some(max.max(1))))],
+        &["extended_insight"],
+    );
+    let mut out = ask_json(llm, &Call::json("premem_reason", &schema), REASON_PROMPT, &user, |v| {
+        parse_insights(v, n)
+    })?;
     out.truncate(max);
     Ok(out)
 }

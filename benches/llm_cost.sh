@@ -13,7 +13,8 @@
 # that many messages, whole sessions first (default: all). PIPELINES
 # (default "hema nemori amory premem") picks the pipelines; OUT (default a
 # temporary directory) keeps each pipeline's --llm-stats JSON.
-# NO_BUILD=1 uses target/release/dentate as it is.
+# NO_BUILD=1 uses target/release/dentate as it is; BIN=PATH another
+# dentate binary (the time is the model's: any profile measures the same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 file=${1:-crates/dentate-memory/tests/fixtures/real_model_conversation.json}
@@ -23,8 +24,8 @@ pipelines=${PIPELINES:-hema nemori amory premem}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 
-[[ ${NO_BUILD:-} == 1 ]] || cargo build -q --release -p dentate-cli
-bin=${CARGO_TARGET_DIR:-target}/release/dentate
+bin=${BIN:-${CARGO_TARGET_DIR:-target}/release/dentate}
+[[ ${NO_BUILD:-} == 1 || -n ${BIN:-} ]] || cargo build -q --release -p dentate-cli
 
 # The conversation, cut to its first $limit messages.
 conv=$out/conversation.json

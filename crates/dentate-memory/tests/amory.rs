@@ -744,9 +744,7 @@ fn malformed_answers_are_repaired_or_fail_typed_and_resume_loses_nothing() {
     // the binding before it is kept, nothing of the consolidation is.
     let bad = ScriptedServer::start(200, |_, body| {
         if stage(body) == "consolidate" {
-            Reply::ok(chat_body(
-                "{\"substories\": [], \"new_topic\": null}",
-            ))
+            Reply::ok(chat_body("{\"substories\": [], \"new_topic\": null}"))
         } else {
             Reply::ok(chat_body(&answer(body)))
         }

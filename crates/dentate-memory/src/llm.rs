@@ -900,7 +900,7 @@ pub mod schema {
         string(LONG)
     }
 
-    /// A non-empty string or `null`.
+    /// A string (any length, unbounded) or `null`.
     pub fn string_or_null() -> Value {
         json!({"type": ["string", "null"]})
     }

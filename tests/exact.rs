@@ -41,6 +41,30 @@ fn exact_equals_naive_loop_including_ties() {
     assert_eq!(top3, tied);
 }
 
+/// A small search runs on the calling thread, a large one split over the
+/// pool (by queries, or by rows for one query): each equals the naive loop.
+#[test]
+fn serial_and_split_scans_equal_the_naive_loop() {
+    let dim = 24;
+    // 1 × 700 × 24 multiply-adds: serial; 1 × 90,000 × 24 (over 2 M): the
+    // rows split; 200 queries × 90,000: split by query blocks.
+    for (rows, nq) in [(700, 1), (90_000, 1), (90_000, 200)] {
+        let base = gaussian(rows, dim, 11);
+        let ids: Vec<u64> = (0..rows as u64).map(|i| i * 3 + 1).collect();
+        let queries = gaussian(nq, dim, 12);
+        let mut index = FlatIndex::new(dim);
+        index.add(&ids, &base).unwrap();
+        let got = index.search(&queries, 10).unwrap();
+        let want = naive(&base, &ids, &queries, dim, 10);
+        assert_eq!(got.len(), nq);
+        for (g, w) in got.iter().zip(&want) {
+            let gi: Vec<u64> = g.iter().map(|h| h.id).collect();
+            let wi: Vec<u64> = w.iter().map(|x| x.0).collect();
+            assert_eq!(gi, wi, "{rows} rows, {nq} queries");
+        }
+    }
+}
+
 #[test]
 fn every_simd_path_gives_the_same_ids() {
     use dentate::{BaseRef, Compute, CpuCompute};

@@ -439,20 +439,6 @@ impl Memory {
     /// skipped. Empty texts and times outside years 0–9999
     /// ([`crate::time::in_range`]) are refused, and then nothing is stored.
     pub fn add_messages(&mut self, user: &str, msgs: &[NewMessage]) -> Result<Vec<i64>> {
-        if let Some(i) = msgs.iter().position(|m| m.text.trim().is_empty()) {
-            return Err(MemoryError::Invalid(format!("message {i} has empty text")));
-        }
-        if let Some((i, t)) = msgs
-            .iter()
-            .enumerate()
-            .find_map(|(i, m)| m.said_at.filter(|&t| !crate::time::in_range(t)).map(|t| (i, t)))
-        {
-            return Err(MemoryError::Invalid(format!(
-                "message {i} was said at {t}, outside years 0–9999 (Unix seconds {}..={})",
-                crate::time::MIN_TIME,
-                crate::time::MAX_TIME
-            )));
-        }
         self.store.append_messages(user, msgs)
     }
 

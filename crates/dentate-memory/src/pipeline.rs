@@ -577,10 +577,23 @@ pub(crate) fn embed_query(env: &Env<'_>, query: &str) -> Result<Vec<f32>> {
 
 /// Search hits resolved to live items with provenance, best first.
 pub(crate) fn resolve(env: &Env<'_>, hits: &[(i64, f32)]) -> Result<Vec<Retrieved>> {
+    let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
+    let mut items: std::collections::HashMap<i64, Item> =
+        env.store.items_by_id(&ids)?.into_iter().map(|it| (it.id, it)).collect();
+    // Every hit's sources in one lookup.
+    let mut sources: Vec<i64> = items.values().flat_map(|it| it.sources.iter().copied()).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    let refs: std::collections::HashMap<i64, String> = env
+        .store
+        .messages(&sources)?
+        .into_iter()
+        .map(|m| (m.id, m.msg.source_ref.unwrap_or_else(|| format!("#{}", m.id))))
+        .collect();
     let mut out = Vec::with_capacity(hits.len());
     for &(id, score) in hits {
-        let Some(item) = env.store.item(id)? else { continue };
-        let source_refs = env.store.source_refs(&item.sources)?;
+        let Some(item) = items.remove(&id) else { continue };
+        let source_refs = item.sources.iter().filter_map(|s| refs.get(s).cloned()).collect();
         out.push(Retrieved {
             item,
             score,

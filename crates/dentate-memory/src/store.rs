@@ -605,6 +605,16 @@ const MESSAGE_COLS: &str = r#"SELECT id, "user", session, seq, speaker, text, sa
 pub(crate) const ITEM_FIELDS: &str =
     r#"id, "user", pipeline, kind, text, said_at, refers_to, turn, parent, created_at"#;
 
+/// How many ids one `IN (…)` list of a batched lookup holds (well under
+/// SQLite's and PostgreSQL's parameter limits).
+pub const IN_LIST: usize = 500;
+
+/// `?1, ?2, …` for `ids`, and their values.
+fn in_list(ids: &[i64]) -> (String, Vec<crate::sql::Value>) {
+    let list = (1..=ids.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+    (list, ids.iter().map(|&i| crate::sql::Value::from(i)).collect())
+}
+
 /// The advisory lock key space of [`Store::lock_user`] (apart from the
 /// write transactions' keys).
 #[cfg(feature = "postgres")]
@@ -754,6 +764,13 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.set_prepared_statement_cache_capacity(64);
+        // Reads map the file instead of copying each page through a
+        // system call, and 32 MiB of pages stay cached per connection: a
+        // search reads its hits' items, sources and messages (tens of
+        // pages), which with SQLite's 2 MiB default were read again from
+        // the OS on every search once the store outgrew it.
+        conn.pragma_update(None, "mmap_size", 1i64 << 30)?;
+        conn.pragma_update(None, "cache_size", -32768)?;
         // Freed content is overwritten with zeros, so erased text does not
         // linger in the database file's free pages.
         conn.pragma_update(None, "secure_delete", "ON")?;
@@ -917,8 +934,25 @@ impl Store {
     /// Raw messages change no cache of the user (pipelines read them from
     /// the store when they process), so an append does not raise the
     /// user's version; the step that processes them does.
+    ///
+    /// A message with empty text, or said outside years 0–9999, refuses
+    /// the whole batch ([`MemoryError::Invalid`]).
     pub fn append_messages(&mut self, user: &str, msgs: &[NewMessage]) -> Result<Vec<i64>> {
         check_user(user)?;
+        if let Some(i) = msgs.iter().position(|m| m.text.trim().is_empty()) {
+            return Err(MemoryError::Invalid(format!("message {i} has empty text")));
+        }
+        if let Some((i, t)) = msgs
+            .iter()
+            .enumerate()
+            .find_map(|(i, m)| m.said_at.filter(|&t| !crate::time::in_range(t)).map(|t| (i, t)))
+        {
+            return Err(MemoryError::Invalid(format!(
+                "message {i} was said at {t}, outside years 0–9999 (Unix seconds {}..={})",
+                crate::time::MIN_TIME,
+                crate::time::MAX_TIME
+            )));
+        }
         let tx = self.conn.begin(Some(user))?;
         let ids = Self::append_in(&tx, user, msgs, now_secs())?;
         tx.commit()?;
@@ -991,13 +1025,15 @@ impl Store {
         self.messages_where(r#"WHERE "user" = ?1 AND id > ?2 ORDER BY id"#, args![user, after])
     }
 
-    /// Messages by id (missing ids are skipped), in id order.
+    /// Messages by id (missing ids are skipped), in id order, each once.
     pub fn messages(&self, ids: &[i64]) -> Result<Vec<Message>> {
         let mut out = Vec::with_capacity(ids.len());
-        for &id in ids {
-            out.extend(self.messages_where("WHERE id = ?1", args![id])?);
+        for chunk in ids.chunks(IN_LIST) {
+            let (list, vals) = in_list(chunk);
+            out.extend(self.messages_where(&format!("WHERE id IN ({list})"), &vals)?);
         }
         out.sort_by_key(|m| m.id);
+        out.dedup_by_key(|m| m.id);
         Ok(out)
     }
 
@@ -1199,6 +1235,34 @@ impl Store {
             "SELECT from_item FROM item_derivations WHERE item_id = ?1 ORDER BY from_item",
             args![id],
         )
+    }
+
+    /// Live items by id, with provenance, in the order of `ids` (missing
+    /// and deleted ones skipped): two queries per [`IN_LIST`] ids, where
+    /// [`Store::item`] costs two per item.
+    pub fn items_by_id(&self, ids: &[i64]) -> Result<Vec<Item>> {
+        let mut found: std::collections::HashMap<i64, Item> = std::collections::HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(IN_LIST) {
+            let (list, vals) = in_list(chunk);
+            for r in self.conn.query(
+                &format!("SELECT {ITEM_FIELDS} FROM items WHERE id IN ({list}) AND deleted = 0"),
+                &vals,
+            )? {
+                let it = Self::row_item(&r)?;
+                found.insert(it.id, it);
+            }
+            for r in self.conn.query(
+                &format!(
+                    "SELECT item_id, message_id FROM item_sources WHERE item_id IN ({list}) ORDER BY item_id, message_id"
+                ),
+                &vals,
+            )? {
+                if let Some(it) = found.get_mut(&r.int(0)?) {
+                    it.sources.push(r.int(1)?);
+                }
+            }
+        }
+        Ok(ids.iter().filter_map(|id| found.get(id).cloned()).collect())
     }
 
     /// A live item by id, with its provenance.

@@ -227,6 +227,23 @@ fn steps_items_vectors_provenance_and_state() {
         assert_eq!(it.text, "Pixel is a grey cat.", "{}", e.name);
         assert_eq!(it.sources, vec![m[0], m[1], m[3]], "{}", e.name);
         assert!(s.item(ids[2]).unwrap().is_none(), "{}: deleted", e.name);
+        // The batched lookup a search resolves its hits with: the order
+        // asked, deleted and unknown ids skipped, each with its sources,
+        // the same as one by one.
+        let batch = s.items_by_id(&[ids[1], 987_654, ids[2], ids[0]]).unwrap();
+        let one_by_one = vec![s.item(ids[1]).unwrap().unwrap(), s.item(ids[0]).unwrap().unwrap()];
+        assert_eq!(batch, one_by_one, "{}", e.name);
+        assert!(s.items_by_id(&[]).unwrap().is_empty(), "{}", e.name);
+        // More ids than one IN list holds.
+        let many: Vec<i64> = std::iter::repeat_n(ids[0], dentate_memory::store::IN_LIST + 3).collect();
+        assert_eq!(s.items_by_id(&many).unwrap().len(), many.len(), "{}", e.name);
+        let msgs = s.messages(&[m[3], m[0], 987_654, m[3]]).unwrap();
+        assert_eq!(
+            msgs.iter().map(|x| x.id).collect::<Vec<_>>(),
+            vec![m[0], m[3]],
+            "{}: id order, once each, unknown skipped",
+            e.name
+        );
         assert_eq!(s.state("ann", "p", "summary").unwrap().as_deref(), Some("later"));
         assert_eq!(s.progress("ann", "p").unwrap(), m[5]);
 

@@ -11,8 +11,10 @@
 //! - **Per-user locks.** Reads of a user (search, get, context) share the
 //!   user's lock; writes (an ingest run, a correction, forgetting, erasure)
 //!   hold it alone, so one user's writes are serialised and users proceed
-//!   in parallel. Appending raw messages takes no user lock: SQLite
-//!   serialises the append, and processing happens in a job.
+//!   in parallel. Appending raw messages takes no user lock and no slot:
+//!   appends share one store handle of their own (the store serialises
+//!   them), so their durable commits never keep a search waiting for a
+//!   slot, and processing happens in a job.
 //! - **Freshness.** Each write bumps the user's generation; a slot whose
 //!   cached pipeline for that user is older unloads it and reloads from the
 //!   store and index files, so a read after a finished write sees it.
@@ -266,6 +268,10 @@ pub struct Engine {
     /// Users, keys and jobs.
     pub registry: Registry,
     slots: Vec<Mutex<Slot>>,
+    /// The store handle appends use: raw messages touch no slot's indexes,
+    /// so an append (two durable commits) never holds a slot a search
+    /// could use.
+    appender: Mutex<Option<dentate_memory::store::Store>>,
     next_slot: AtomicUsize,
     /// Whether each slot is taken ([`Engine::take_slot`]).
     busy: Vec<AtomicBool>,
@@ -290,7 +296,8 @@ impl Drop for Engine {
         // The slots' stores may hold PostgreSQL connections, whose closing
         // blocks: the last handle may go on a runtime thread.
         let slots = std::mem::take(&mut self.slots);
-        crate::registry::blocking(move || drop(slots));
+        let appender = self.appender.get_mut().ok().and_then(|a| a.take());
+        crate::registry::blocking(move || drop((slots, appender)));
     }
 }
 
@@ -428,6 +435,7 @@ impl Engine {
         for i in 0..cfg.slots {
             pool.push(Self::slot(i, &cfg, &kinds, &embedder, &llm)?);
         }
+        let appender = Mutex::new(Some(cfg.location().open(Some(&cfg.dir))?));
         let engine = Arc::new(Engine {
             busy: (0..cfg.slots).map(|_| AtomicBool::new(false)).collect(),
             released: tokio::sync::Notify::new(),
@@ -437,6 +445,7 @@ impl Engine {
             llm,
             registry,
             slots: pool.into_iter().map(Mutex::new).collect(),
+            appender,
             next_slot: AtomicUsize::new(0),
             users: Mutex::new(HashMap::new()),
             queue: Mutex::new(VecDeque::new()),
@@ -845,17 +854,26 @@ impl Engine {
         }
         let (tenant, user) = (p.tenant.clone(), user.to_string());
         let n = news.len();
-        let out = self
-            .on_slot(None, move |e, s| {
-                let (u, _) = e.registry.ensure_user(&tenant, &user)?;
-                let ids = s.mems[0].add_messages(&u.internal, &news)?;
-                let job = match ids.last() {
-                    Some(&last) => Some(e.registry.add_job(u.id, last, ids.len() as i64)?),
-                    None => None,
-                };
-                Ok((ids, job))
-            })
-            .await?;
+        let this = self.clone();
+        let out = tokio::task::spawn_blocking(move || -> Result<_> {
+            let (u, _) = this.registry.ensure_user(&tenant, &user)?;
+            let ids = {
+                // A panic mid-append rolled its transaction back: the
+                // handle stays usable.
+                let mut store = this.appender.lock().unwrap_or_else(|p| p.into_inner());
+                let store = store
+                    .as_mut()
+                    .ok_or_else(|| ServeError::Unavailable("the server is shutting down".into()))?;
+                store.append_messages(&u.internal, &news)?
+            };
+            let job = match ids.last() {
+                Some(&last) => Some(this.registry.add_job(u.id, last, ids.len() as i64)?),
+                None => None,
+            };
+            Ok((ids, job))
+        })
+        .await
+        .map_err(|e| ServeError::Internal(format!("worker thread: {e}")))??;
         let (ids, job) = out;
         if let Some(j) = job {
             self.lock(&self.queue)?.push_back(j);

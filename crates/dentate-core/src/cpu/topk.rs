@@ -16,6 +16,13 @@ pub(super) const QB: usize = 48;
 /// query of the block passes over it.
 const PB: usize = 16;
 
+/// Multiply-adds below which an exact top-k runs on the calling thread:
+/// about 0.1 ms of one core's work. Under it, handing the scan to the
+/// pool costs more than it saves (waking workers, a latch, a merge), and
+/// in a server, where many small searches run at once on their own
+/// threads, it takes cores from the other requests.
+const SERIAL_MACS: usize = 2 << 20;
+
 /// Runs the tile kernel for the `nq` row-major queries `q` over panels
 /// `p_lo..p_hi`, [`PB`] panels at a time, and hands each block to
 /// `visit(row0, valid, tile, width)`: `tile[r * width + c]` is the score
@@ -123,6 +130,15 @@ pub(super) fn top_k(isa: Isa, queries: &[f32], base: BaseRef<'_>, k: usize) -> V
             .collect();
     }
     let qblocks = nq.div_ceil(QB);
+    if nq.saturating_mul(base.panels.len()).saturating_mul(d) < SERIAL_MACS {
+        let mut heaps = vec![Reservoir::new(k); nq];
+        for qb in 0..qblocks {
+            let q0 = qb * QB;
+            let nqb = (nq - q0).min(QB);
+            scan_block(isa, queries, q0, &base, (0, np), &mut heaps[q0..q0 + nqb]);
+        }
+        return heaps.into_iter().map(Reservoir::into_sorted).collect();
+    }
     let threads = rayon::current_num_threads().max(1);
     // Enough tasks to keep every thread busy: split the base when there
     // are few query blocks (the single-query latency case).

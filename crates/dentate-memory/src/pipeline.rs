@@ -588,7 +588,7 @@ pub(crate) fn resolve(env: &Env<'_>, hits: &[(i64, f32)]) -> Result<Vec<Retrieve
         .store
         .messages(&sources)?
         .into_iter()
-        .map(|m| (m.id, m.msg.source_ref.unwrap_or_else(|| format!("#{}", m.id))))
+        .map(|m| (m.id, m.into_ref()))
         .collect();
     let mut out = Vec::with_capacity(hits.len());
     for &(id, score) in hits {

@@ -289,6 +289,14 @@ pub struct Message {
     pub msg: NewMessage,
 }
 
+impl Message {
+    /// The caller's id of the message (`source_ref`, e.g. a LoCoMo
+    /// `dia_id`), or `#<store id>` when it was stored without one.
+    pub fn into_ref(self) -> String {
+        self.msg.source_ref.unwrap_or_else(|| format!("#{}", self.id))
+    }
+}
+
 /// A memory item to store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewItem {
@@ -1040,11 +1048,7 @@ impl Store {
     /// The caller's ids (`source_ref`, e.g. LoCoMo `dia_id`s) of messages,
     /// in id order; `#<store id>` for a message stored without one.
     pub fn source_refs(&self, ids: &[i64]) -> Result<Vec<String>> {
-        Ok(self
-            .messages(ids)?
-            .into_iter()
-            .map(|m| m.msg.source_ref.unwrap_or_else(|| format!("#{}", m.id)))
-            .collect())
+        Ok(self.messages(ids)?.into_iter().map(Message::into_ref).collect())
     }
 
     /// The user's messages with `lo <= seq < hi`, oldest first.

@@ -296,7 +296,7 @@ impl Drop for Engine {
         // The slots' stores may hold PostgreSQL connections, whose closing
         // blocks: the last handle may go on a runtime thread.
         let slots = std::mem::take(&mut self.slots);
-        let appender = self.appender.get_mut().ok().and_then(|a| a.take());
+        let appender = self.appender.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         crate::registry::blocking(move || drop((slots, appender)));
     }
 }

@@ -130,19 +130,11 @@ pub(super) fn top_k(isa: Isa, queries: &[f32], base: BaseRef<'_>, k: usize) -> V
             .collect();
     }
     let qblocks = nq.div_ceil(QB);
-    if nq.saturating_mul(base.panels.len()).saturating_mul(d) < SERIAL_MACS {
-        let mut heaps = vec![Reservoir::new(k); nq];
-        for qb in 0..qblocks {
-            let q0 = qb * QB;
-            let nqb = (nq - q0).min(QB);
-            scan_block(isa, queries, q0, &base, (0, np), &mut heaps[q0..q0 + nqb]);
-        }
-        return heaps.into_iter().map(Reservoir::into_sorted).collect();
-    }
+    let serial = nq.saturating_mul(base.panels.len()).saturating_mul(d) < SERIAL_MACS;
     let threads = rayon::current_num_threads().max(1);
     // Enough tasks to keep every thread busy: split the base when there
     // are few query blocks (the single-query latency case).
-    let splits = if qblocks >= 2 * threads {
+    let splits = if serial || qblocks >= 2 * threads {
         1
     } else {
         (2 * threads).div_ceil(qblocks).min(np.div_ceil(4)).max(1)
@@ -161,11 +153,14 @@ pub(super) fn top_k(isa: Isa, queries: &[f32], base: BaseRef<'_>, k: usize) -> V
     };
     if splits == 1 {
         // Each task sees the whole base: its lists are final, so they
-        // are sorted in the task (in parallel) and nothing is merged.
-        let blocks: Vec<Vec<Vec<Cand>>> = (0..qblocks)
-            .into_par_iter()
-            .map(|qb| scan(qb, 0).into_iter().map(Reservoir::into_sorted).collect())
-            .collect();
+        // are sorted in the task (in parallel, unless small) and nothing
+        // is merged.
+        let sorted = |qb: usize| -> Vec<Vec<Cand>> { scan(qb, 0).into_iter().map(Reservoir::into_sorted).collect() };
+        let blocks: Vec<Vec<Vec<Cand>>> = if serial {
+            (0..qblocks).map(sorted).collect()
+        } else {
+            (0..qblocks).into_par_iter().map(sorted).collect()
+        };
         return blocks.into_iter().flatten().collect();
     }
     let tasks: Vec<(usize, usize)> = (0..qblocks).flat_map(|qb| (0..splits).map(move |s| (qb, s))).collect();

@@ -2,14 +2,15 @@
 // follows it, and the merge of its sorted candidate lists.
 //
 // The host prepends the constants of a variant:
-//   TQ   queries per thread of `gemm` (1 or 4): a tile is 16·TQ queries × 128 rows
+//   TQ   queries per thread of `gemm` (1, 4 or 8): a tile is 16·TQ queries × 128 rows
 //   F16  base stored as f16 pairs in u32 words (unpacked to f32), else f32
 //   SEG  scores per `segsel` segment (1,024 to 4,096, by workgroup memory)
 //
 // `gemm` computes a tile of queries × rows per workgroup. Slabs of 16
 // dimensions of both operands are staged in workgroup memory; each of the
 // 256 threads keeps a register tile of TQ queries × 8 rows, so a step reads
-// (TQ + 8) floats from workgroup memory for 8·TQ multiply-adds. Base rows
+// (TQ + 8) floats from workgroup memory for 8·TQ multiply-adds (16 for 64
+// at TQ = 8, whose two slabs fill WebGPU's minimum 16 KiB). Base rows
 // are in the core's panel layout (16 rows per panel, dimension-major inside
 // a panel): the 16 × 16 values of a panel's slab are 64 consecutive vec4s.
 // The scores of a block of rows go to a score buffer (or, for score
@@ -23,6 +24,14 @@
 // a query's first segments almost every score is rejected by one
 // comparison. Where more than K survive, a radix select finds the K-th best
 // first and only that many are sorted.
+//
+// After a batch's first block the threshold is already known when the
+// scores are computed: `gemm_keep` also appends each score at or above its
+// query's threshold to that query's survivors (a handful per block once
+// the threshold is set), and `survsel` sorts them into one list per query
+// the same way, so `segsel` never reads the block's scores again; only a
+// query with more survivors than SEG slots (rows in rising order) has its
+// block selected segment by segment.
 //
 // `merge` folds two sorted lists (with their lengths) into the best K of
 // both with a merge path: each output slot finds its split by binary
@@ -73,6 +82,10 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> out_mat: array<f32>;
 @group(0) @binding(11) var<storage, read_write> out_len: array<u32>;
 @group(0) @binding(12) var<storage, read_write> thr: array<atomic<u32>>;
+// Survivors of a block per query (SEG slots: score bits, chunk-local row)
+// and how many there were (`gemm_keep` writes, `survsel` reads and zeroes).
+@group(0) @binding(18) var<storage, read_write> surv: array<vec2<u32>>;
+@group(0) @binding(19) var<storage, read_write> kept: array<atomic<u32>>;
 
 // Slabs: queries as [dim][query / 4] (a thread's TQ queries are one vec4
 // when TQ = 4), rows as [dim][row / 4].
@@ -143,43 +156,81 @@ fn stage(li: u32, k0: u32, p0: u32, tq0: u32) {
     }
 }
 
+// The score of query `q` (dispatch-local) against chunk-local row `r`
+// from its dot product `x`: bias added, dead rows NEG.
+fn final_score(r: u32, x: f32) -> f32 {
+    var s = x;
+    if (P.flags & 4u) != 0u {
+        s += bias[r];
+    }
+    if !is_alive(r) {
+        s = NEG;
+    }
+    return s;
+}
+
+// Rows of a block a thread may write: those before the block's end (and
+// the chunk's).
+fn block_end() -> u32 {
+    return min(P.blk0 + P.blk_rows, P.n);
+}
+
 // Writes the scores `x` of query `q` (dispatch-local) against chunk-local
-// rows r0..r0+4: bias added, dead rows NEG, rows past the block or the
-// chunk left alone.
+// rows r0..r0+4; rows past the block or the chunk left alone.
 fn emit(q: u32, r0: u32, x: vec4<f32>) {
     if q >= P.nq {
         return;
     }
-    let end = min(P.blk0 + P.blk_rows, P.n);
+    let end = block_end();
     for (var c = 0u; c < 4u; c += 1u) {
         let r = r0 + c;
         if r >= end {
             return;
         }
-        var s = x[c];
-        if (P.flags & 4u) != 0u {
-            s += bias[r];
-        }
-        if !is_alive(r) {
-            s = NEG;
-        }
-        out_mat[q * P.stride + P.col0 + (r - P.blk0)] = s;
+        out_mat[q * P.stride + P.col0 + (r - P.blk0)] = final_score(r, x[c]);
     }
 }
 
-// Scores of a tile: queries wg.y·BQ.., rows blk0 + wg.x·128.. (chunk-local).
+// `emit`, and each live score at or above query `q`'s threshold also
+// appended (score bits, chunk-local row) to the query's survivors; past
+// SEG of them only the count grows (then `segsel` reads every score).
+fn emit_keep(q: u32, r0: u32, x: vec4<f32>) {
+    if q >= P.nq {
+        return;
+    }
+    let end = block_end();
+    let t = atomicLoad(&thr[q]);
+    for (var c = 0u; c < 4u; c += 1u) {
+        let r = r0 + c;
+        if r >= end {
+            return;
+        }
+        let s = final_score(r, x[c]);
+        out_mat[q * P.stride + P.col0 + (r - P.blk0)] = s;
+        if s > NEG && key(s) >= t {
+            let i = atomicAdd(&kept[q], 1u);
+            if i < SEG {
+                surv[q * SEG + i] = vec2<u32>(bitcast<u32>(s), r);
+            }
+        }
+    }
+}
+
+// A thread's register tile: `c[2i]` holds its query i against rows r..r+4,
+// `c[2i+1]` against rows r+64..r+68 (TQ queries, so 2·TQ of the 16 used).
+struct Tile {
+    c: array<vec4<f32>, 16>,
+}
+
+// The tile of queries wg.y·BQ.., rows blk0 + wg.x·128.. (chunk-local).
 // Thread (tq, tr) owns queries tq·TQ.. and rows tr·4..+4 and 64+tr·4..+4.
-// Dead rows score NEG; rows past the block are not written.
-@compute @workgroup_size(256)
-fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+// The accumulators are spelled out (no dynamically indexed arrays, which
+// some compilers keep in memory) and only gathered at the end.
+fn tile(li: u32, wg: vec3<u32>) -> Tile {
     let tq = li / 16u;
     let tr = li % 16u;
     let tile_r = P.blk0 + wg.x * BR;
     let tq0 = wg.y * BQ;
-    let r = tile_r + tr * 4u;
-    // The register tile, spelled out (no dynamically indexed arrays, which
-    // some compilers keep in memory): c{2i} rows r.., c{2i+1} rows r+64..
-    // of query i.
     var c0 = vec4<f32>(0.0);
     var c1 = vec4<f32>(0.0);
     var c2 = vec4<f32>(0.0);
@@ -188,13 +239,41 @@ fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
     var c5 = vec4<f32>(0.0);
     var c6 = vec4<f32>(0.0);
     var c7 = vec4<f32>(0.0);
+    var c8 = vec4<f32>(0.0);
+    var c9 = vec4<f32>(0.0);
+    var c10 = vec4<f32>(0.0);
+    var c11 = vec4<f32>(0.0);
+    var c12 = vec4<f32>(0.0);
+    var c13 = vec4<f32>(0.0);
+    var c14 = vec4<f32>(0.0);
+    var c15 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < P.d; k0 += BK) {
         stage(li, k0, tile_r / 16u, tq0);
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk += 1u) {
             let b0 = bs[kk * (BR / 4u) + tr];
             let b1 = bs[kk * (BR / 4u) + 16u + tr];
-            if TQ == 4u {
+            if TQ == 8u {
+                // Two vec4s of queries: 16 floats read for 64 multiply-adds.
+                let a = qs[kk * (BQ / 4u) + 2u * tq];
+                let e = qs[kk * (BQ / 4u) + 2u * tq + 1u];
+                c0 += a.x * b0;
+                c1 += a.x * b1;
+                c2 += a.y * b0;
+                c3 += a.y * b1;
+                c4 += a.z * b0;
+                c5 += a.z * b1;
+                c6 += a.w * b0;
+                c7 += a.w * b1;
+                c8 += e.x * b0;
+                c9 += e.x * b1;
+                c10 += e.y * b0;
+                c11 += e.y * b1;
+                c12 += e.z * b0;
+                c13 += e.z * b1;
+                c14 += e.w * b0;
+                c15 += e.w * b1;
+            } else if TQ == 4u {
                 let a = qs[kk * (BQ / 4u) + tq];
                 c0 += a.x * b0;
                 c1 += a.x * b1;
@@ -212,16 +291,64 @@ fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
         }
         workgroupBarrier();
     }
-    let q = tq0 + tq * TQ;
-    emit(q, r, c0);
-    emit(q, r + 64u, c1);
-    if TQ == 4u {
-        emit(q + 1u, r, c2);
-        emit(q + 1u, r + 64u, c3);
-        emit(q + 2u, r, c4);
-        emit(q + 2u, r + 64u, c5);
-        emit(q + 3u, r, c6);
-        emit(q + 3u, r + 64u, c7);
+    return Tile(array<vec4<f32>, 16>(c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15));
+}
+
+// Scores of a tile into `out_mat` (rows past the block are not written).
+// Constant indices only: the tile stays in registers.
+@compute @workgroup_size(256)
+fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let t = tile(li, wg);
+    let q = wg.y * BQ + (li / 16u) * TQ;
+    let r = P.blk0 + wg.x * BR + (li % 16u) * 4u;
+    emit(q, r, t.c[0]);
+    emit(q, r + 64u, t.c[1]);
+    if TQ >= 4u {
+        emit(q + 1u, r, t.c[2]);
+        emit(q + 1u, r + 64u, t.c[3]);
+        emit(q + 2u, r, t.c[4]);
+        emit(q + 2u, r + 64u, t.c[5]);
+        emit(q + 3u, r, t.c[6]);
+        emit(q + 3u, r + 64u, t.c[7]);
+    }
+    if TQ == 8u {
+        emit(q + 4u, r, t.c[8]);
+        emit(q + 4u, r + 64u, t.c[9]);
+        emit(q + 5u, r, t.c[10]);
+        emit(q + 5u, r + 64u, t.c[11]);
+        emit(q + 6u, r, t.c[12]);
+        emit(q + 6u, r + 64u, t.c[13]);
+        emit(q + 7u, r, t.c[14]);
+        emit(q + 7u, r + 64u, t.c[15]);
+    }
+}
+
+// `gemm` for exact search after a batch's first block: the scores, and
+// each query's survivors of its threshold compacted for `survsel`.
+@compute @workgroup_size(256)
+fn gemm_keep(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let t = tile(li, wg);
+    let q = wg.y * BQ + (li / 16u) * TQ;
+    let r = P.blk0 + wg.x * BR + (li % 16u) * 4u;
+    emit_keep(q, r, t.c[0]);
+    emit_keep(q, r + 64u, t.c[1]);
+    if TQ >= 4u {
+        emit_keep(q + 1u, r, t.c[2]);
+        emit_keep(q + 1u, r + 64u, t.c[3]);
+        emit_keep(q + 2u, r, t.c[4]);
+        emit_keep(q + 2u, r + 64u, t.c[5]);
+        emit_keep(q + 3u, r, t.c[6]);
+        emit_keep(q + 3u, r + 64u, t.c[7]);
+    }
+    if TQ == 8u {
+        emit_keep(q + 4u, r, t.c[8]);
+        emit_keep(q + 4u, r + 64u, t.c[9]);
+        emit_keep(q + 5u, r, t.c[10]);
+        emit_keep(q + 5u, r + 64u, t.c[11]);
+        emit_keep(q + 6u, r, t.c[12]);
+        emit_keep(q + 6u, r + 64u, t.c[13]);
+        emit_keep(q + 7u, r, t.c[14]);
+        emit_keep(q + 7u, r + 64u, t.c[15]);
     }
 }
 
@@ -319,29 +446,45 @@ fn slot_before(s1: f32, r1: u32, s2: f32, r2: u32) -> bool {
     return x.x < y.x;
 }
 
-// Query wg.y (dispatch-local), segment wg.x of the block's scores in
-// `out_mat` (row stride P.stride): its best min(K, survivors) sorted into
-// list wg.x, their number into `out_len`. Survivors are the live
-// scores at or above the query's threshold. When more than K survive, a
-// radix select over their keys (four 8-bit passes in workgroup memory)
-// finds the K-th best first, so only it and the scores above it (ties
-// included) are sorted; K = 1 is a reduction.
-@compute @workgroup_size(256)
-fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let q = wg.y;
-    let g = wg.x;
-    let start = g * SEG;
-    let end = min(start + SEG, P.blk_rows);
-    let list = q * P.lists + g;
+// The input of `select_best`: items 0..n, from a segment of a block's
+// scores (`segsel`) or from a query's survivors (`survsel`).
+var<private> from_surv: bool;
+// Index of item 0 in `out_mat` or `surv`.
+var<private> src0: u32;
+// Chunk-local row of item 0 of a segment.
+var<private> row_of0: u32;
+
+fn item_s(i: u32) -> f32 {
+    if from_surv {
+        return bitcast<f32>(surv[src0 + i].x);
+    }
+    return out_mat[src0 + i];
+}
+
+fn item_r(i: u32) -> u32 {
+    if from_surv {
+        return surv[src0 + i].y;
+    }
+    return row_of0 + i;
+}
+
+// The best min(K, survivors) of items 0..n of query `q` sorted into list
+// `list` of `out_top` (K slots each), their number into `out_len`.
+// Survivors are the live scores at or above the query's threshold. When
+// more than K survive, a radix select over their keys (four 8-bit passes
+// in workgroup memory) finds the K-th best first, so only it and the
+// scores above it (ties included) are sorted; K = 1 is a reduction. At K
+// or more survivors the K-th best raises the query's threshold.
+fn select_best(li: u32, n: u32, q: u32, list: u32) {
     var t = atomicLoad(&thr[q]);
     if P.k == 1u {
         var best_s = NEG;
         var best_r = NONE;
-        for (var r = start + li; r < end; r += 256u) {
-            let s = out_mat[q * P.stride + r];
-            if s > NEG && key(s) >= t && slot_before(s, P.blk0 + r, best_s, best_r) {
+        for (var i = li; i < n; i += 256u) {
+            let s = item_s(i);
+            if s > NEG && key(s) >= t && slot_before(s, item_r(i), best_s, best_r) {
                 best_s = s;
-                best_r = P.blk0 + r;
+                best_r = item_r(i);
             }
         }
         sk[li] = best_s;
@@ -371,8 +514,8 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
     }
     workgroupBarrier();
     var mine = 0u;
-    for (var r = start + li; r < end; r += 256u) {
-        let s = out_mat[q * P.stride + r];
+    for (var i = li; i < n; i += 256u) {
+        let s = item_s(i);
         if s > NEG && key(s) >= t {
             mine += 1u;
         }
@@ -402,8 +545,8 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
             }
             atomicStore(&hist[li], 0u);
             workgroupBarrier();
-            for (var r = start + li; r < end; r += 256u) {
-                let s = out_mat[q * P.stride + r];
+            for (var i = li; i < n; i += 256u) {
+                let s = item_s(i);
                 if s > NEG {
                     let kk = key(s);
                     if kk >= t && (kk & mask) == prefix {
@@ -435,12 +578,12 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
         atomicStore(&count, 0u);
     }
     workgroupBarrier();
-    for (var r = start + li; r < end; r += 256u) {
-        let s = out_mat[q * P.stride + r];
+    for (var i = li; i < n; i += 256u) {
+        let s = item_s(i);
         if s > NEG && key(s) >= t {
-            let i = atomicAdd(&count, 1u);
-            sk[i] = s;
-            sr[i] = P.blk0 + r;
+            let slot = atomicAdd(&count, 1u);
+            sk[slot] = s;
+            sr[slot] = item_r(i);
         }
     }
     workgroupBarrier();
@@ -491,6 +634,57 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
             atomicMax(&thr[q], key(sk[P.k - 1u]));
         }
     }
+}
+
+// Query wg.y (dispatch-local), segment wg.x of the block's scores in
+// `out_mat` (row stride P.stride) into list wg.x. With flag 8 (the block
+// came from `gemm_keep`) a query whose survivors all fit in SEG slots is
+// left to `survsel`: its segments' lists stay empty.
+@compute @workgroup_size(256)
+fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.y;
+    let g = wg.x;
+    let list = q * P.lists + g;
+    if (P.flags & 8u) != 0u {
+        if li == 0u {
+            count_u = atomicLoad(&kept[q]);
+        }
+        if workgroupUniformLoad(&count_u) <= SEG {
+            if li == 0u {
+                out_len[list] = 0u;
+            }
+            return;
+        }
+    }
+    let start = g * SEG;
+    from_surv = false;
+    src0 = q * P.stride + start;
+    row_of0 = P.blk0 + start;
+    select_best(li, min(start + SEG, P.blk_rows) - start, q, list);
+}
+
+// Query wg.x's survivors from `gemm_keep` into its list (one per query),
+// when they fit in SEG slots (else `segsel` took the block and the list
+// stays empty); the count is zeroed for the next block.
+@compute @workgroup_size(256)
+fn survsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    if li == 0u {
+        count_u = atomicLoad(&kept[q]);
+    }
+    let c = workgroupUniformLoad(&count_u);
+    if li == 0u {
+        atomicStore(&kept[q], 0u);
+    }
+    if c > SEG {
+        if li == 0u {
+            out_len[q] = 0u;
+        }
+        return;
+    }
+    from_surv = true;
+    src0 = q * SEG;
+    select_best(li, c, q, q);
 }
 
 struct MergeParams {

@@ -184,6 +184,57 @@ mod cases {
         }
     }
 
+    /// A base longer than a batch's first block, so later blocks go
+    /// through the GPU's survivor path (`gemm_keep` → `survsel`): random
+    /// order (few rows beat a query's threshold), and rows whose scores
+    /// rise along the base for the first query (every row beats it, so the
+    /// survivors overflow and the block is selected segment by segment),
+    /// with tombstones and caller ids; 100 and 130 queries take the widest
+    /// `gemm` tile.
+    pub fn exact_top_k_long(backend: Arc<dyn Compute>) {
+        let dim = 16;
+        let n = 40_000;
+        let mut data = synth(n, dim, 30, 21);
+        let rising: Vec<f32> = (0..n)
+            .flat_map(|i| {
+                let a = 0.5 + (1.0 - i as f32 / n as f32);
+                let mut v = vec![0.0f32; dim];
+                v[0] = a.cos();
+                v[1] = a.sin();
+                v
+            })
+            .collect();
+        let ids = wide_ids(n, 6);
+        let mut queries = synth(130, dim, 30, 22);
+        queries[..dim].fill(0.0);
+        queries[0] = 1.0;
+        for (name, base) in [("random", &mut data), ("rising", &mut rising.clone())] {
+            // A few duplicated rows far into the base: ties by id there too.
+            let row = base[33_000 * dim..33_001 * dim].to_vec();
+            for r in [35_001, 38_500] {
+                base[r * dim..(r + 1) * dim].copy_from_slice(&row);
+            }
+            let mut want = FlatIndex::new(dim);
+            want.set_compute(Arc::new(reference()));
+            want.add(&ids, base).unwrap();
+            want.remove(&ids[20_000..20_050]);
+            let mut got = want.clone();
+            got.set_compute(backend.clone());
+            // The rising base only ranks the first query strictly.
+            let shapes: &[(usize, usize)] = if name == "rising" {
+                &[(1, 10), (1, 100), (1, 1_024)]
+            } else {
+                &[(1, 10), (100, 10), (130, 100), (3, 1_024)]
+            };
+            for &(nq, k) in shapes {
+                let q = &queries[..nq * dim];
+                let g = backend.top_k(q, got.base(), k);
+                let w = reference().top_k(q, want.base(), k);
+                assert_same(&g, &w, 1e-4, &format!("{name} nq={nq} k={k}"));
+            }
+        }
+    }
+
     /// Nearest centroid by L2 (inner product plus −‖c‖²/2 bias) and by
     /// cosine; and the full score matrix.
     pub fn assign_and_matmul(backend: Arc<dyn Compute>) {
@@ -564,6 +615,10 @@ macro_rules! conformance {
                 run(cases::exact_top_k)
             }
             #[test]
+            fn exact_top_k_long() {
+                run(cases::exact_top_k_long)
+            }
+            #[test]
             fn assign_and_matmul() {
                 run(cases::assign_and_matmul)
             }
@@ -641,6 +696,12 @@ mod gpu_chunked {
     fn exact_top_k() {
         if let Some(b) = chunked() {
             cases::exact_top_k(b);
+        }
+    }
+    #[test]
+    fn exact_top_k_long() {
+        if let Some(b) = chunked() {
+            cases::exact_top_k_long(b);
         }
     }
     #[test]

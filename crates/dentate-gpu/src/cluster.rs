@@ -220,6 +220,7 @@ async fn assign_on_device(
                 inputs,
                 &scores,
                 (k, nb.div_ceil(16 * tq)),
+                &[],
             );
             let bind = gpu.bind(&best, &[(0, &params), (7, &scores), (17, &assigned)]);
             gpu.dispatch(&mut enc, &best, &bind, (nb as u32, 1));

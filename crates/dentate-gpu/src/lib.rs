@@ -10,7 +10,7 @@
 //!
 //! | kernel | CPU (`dentate_core::CpuCompute`) | GPU (this crate) |
 //! |---|---|---|
-//! | `top_k` | register-tiled panel GEMM + fused heap | `topk.wgsl` `gemm` (tiles staged in workgroup memory) → `segsel` (threshold + bitonic sort per segment) → `merge` (merge path) |
+//! | `top_k` | register-tiled panel GEMM + fused heap | `topk.wgsl` `gemm` (tiles staged in workgroup memory) → `segsel` (threshold + bitonic sort per segment) → `merge` (merge path); after the first block `gemm_keep` compacts the scores above each query's threshold and `survsel` sorts them |
 //! | `assign`, `kmeans_step` | GEMM + top-1; chunked sums | `gemm` → `best_col` (best centroid per point); then `cluster_sums`, the points kept on the device for the whole training |
 //! | `matmul_nt` | panel GEMM tiles | `topk.wgsl` `gemm` writing the matrix |
 //! | `cluster_sums` | chunked sums in chunk order | `cluster.wgsl` `cluster_sums` (one owner per sum, point order) |

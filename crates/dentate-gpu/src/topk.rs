@@ -46,9 +46,14 @@ pub(crate) fn slots(k: usize) -> Result<usize> {
 }
 
 /// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that
-/// many queries).
+/// many queries; 8 reads 16 floats of workgroup memory per 64
+/// multiply-adds, 4 reads 12 per 32).
 pub(crate) fn queries_per_thread(nq: usize) -> usize {
-    if nq >= 48 { 4 } else { 1 }
+    match nq {
+        96.. => 8,
+        48.. => 4,
+        _ => 1,
+    }
 }
 
 /// Queries as rows padded to whole vec4s.
@@ -231,6 +236,7 @@ impl GpuState {
         let by_queries = (maxb / (dp4 as u64 * 16)) as usize;
         let seg = seg_len(gpu);
         let sel = exact_pipeline(gpu, "segsel", 1, false).await?;
+        let survsel = exact_pipeline(gpu, "survsel", 1, false).await?;
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {
@@ -247,6 +253,7 @@ impl GpuState {
             let segs = b.rows / seg;
             let tq = queries_per_thread(nb);
             let gemm = exact_pipeline(gpu, "gemm", tq, f16).await?;
+            let gemm_keep = exact_pipeline(gpu, "gemm_keep", tq, f16).await?;
             let merger = Merger::new(gpu, nb, kk).await?;
             let dummy = gpu.zeroed("unused", 16);
             let qbuf = gpu.storage(
@@ -259,6 +266,20 @@ impl GpuState {
             let partial_cands = gpu.scratch("segment lists", (nb * segs * kk) as u64 * CAND_BYTES);
             let partial_lens = gpu.zeroed("segment lengths", (nb * segs) as u64 * 4);
             let threshold = gpu.zeroed("thresholds", nb as u64 * 4);
+            // After the first block `gemm_keep` compacts each query's scores
+            // at or above its threshold (few, once it is set) into `surv`,
+            // and `survsel` sorts them into one list per query; `segsel`
+            // reads the whole block only for a query with more than a
+            // segment's worth. Scratch: `survsel` reads only the slots
+            // below the count, which `gemm_keep` wrote.
+            let surv = gpu.scratch("survivors", (nb * seg) as u64 * 8);
+            let kept = gpu.zeroed("survivor counts", nb as u64 * 4);
+            let surv_best = Lists {
+                cands: gpu.zeroed("survivor lists", (nb * kk) as u64 * CAND_BYTES),
+                lens: gpu.zeroed("survivor list lengths", nb as u64 * 4),
+                stride: 1,
+                count: 1,
+            };
             let running = || Lists {
                 cands: gpu.zeroed("best", (nb * kk) as u64 * CAND_BYTES),
                 lens: gpu.zeroed("best lengths", nb as u64 * 4),
@@ -298,6 +319,7 @@ impl GpuState {
                     // start from none (each would then radix-select).
                     let first = c == 0 && blk0 == 0;
                     let blk_rows = (rows - blk0).min(if first { 2 * seg } else { b.rows });
+                    let keep = !first;
                     let params = Params {
                         d,
                         dp4,
@@ -308,7 +330,7 @@ impl GpuState {
                         q0: 0,
                         stride: b.rows,
                         col0: 0,
-                        flags,
+                        flags: if keep { flags | 8 } else { flags },
                         row0,
                         lists: segs,
                         a0: 0,
@@ -321,40 +343,49 @@ impl GpuState {
                         alive_buf.as_ref().unwrap_or(&dummy),
                         bias_buf.as_ref().unwrap_or(&dummy),
                     ];
-                    record_gemm(
-                        gpu,
-                        &mut enc,
-                        &gemm,
-                        &params,
-                        inputs,
-                        &scores,
-                        (blk_rows, nb.div_ceil(16 * tq)),
-                    );
-                    let bind = gpu.bind(
-                        &sel,
-                        &[
-                            (0, &params),
-                            (3, ids),
-                            (6, &partial_cands),
-                            (7, &scores),
-                            (11, &partial_lens),
-                            (12, &threshold),
-                        ],
-                    );
-                    let used = blk_rows.div_ceil(seg);
-                    gpu.dispatch(&mut enc, &sel, &bind, (used as u32, nb as u32));
-                    let block = merger.fold(
-                        &mut enc,
-                        Lists {
-                            cands: partial_cands.clone(),
-                            lens: partial_lens.clone(),
-                            stride: segs,
-                            count: used,
-                        },
-                    );
-                    // The running best, merged with the block's, padded to K.
+                    let grid = (blk_rows, nb.div_ceil(16 * tq));
+                    if keep {
+                        let sel = [(12, &threshold), (18, &surv), (19, &kept)];
+                        record_gemm(gpu, &mut enc, &gemm_keep, &params, inputs, &scores, grid, &sel);
+                    } else {
+                        record_gemm(gpu, &mut enc, &gemm, &params, inputs, &scores, grid, &[]);
+                    }
+                    let select = |pipe: &Kernel, out: &Lists| {
+                        gpu.bind(
+                            pipe,
+                            &[
+                                (0, &params),
+                                (3, ids),
+                                (6, &out.cands),
+                                (7, &scores),
+                                (11, &out.lens),
+                                (12, &threshold),
+                                (18, &surv),
+                                (19, &kept),
+                            ],
+                        )
+                    };
+                    let partial = Lists {
+                        cands: partial_cands.clone(),
+                        lens: partial_lens.clone(),
+                        stride: segs,
+                        count: blk_rows.div_ceil(seg),
+                    };
+                    let bind = select(&sel, &partial);
+                    gpu.dispatch(&mut enc, &sel, &bind, (partial.count as u32, nb as u32));
+                    if keep {
+                        let bind = select(&survsel, &surv_best);
+                        gpu.dispatch(&mut enc, &survsel, &bind, (nb as u32, 1));
+                    }
+                    let block = merger.fold(&mut enc, partial);
+                    // The running best, merged with the block's (and its
+                    // survivors'), padded to K.
                     merger.pass(&mut enc, (&best, &block, &spare), (0, 0, 0), true);
                     std::mem::swap(&mut best, &mut spare);
+                    if keep {
+                        merger.pass(&mut enc, (&best, &surv_best, &spare), (0, 0, 0), true);
+                        std::mem::swap(&mut best, &mut spare);
+                    }
                     blk0 += blk_rows;
                 }
             }
@@ -362,7 +393,7 @@ impl GpuState {
                 .submit_and_read(enc, &best.cands, 0, (nb * kk) as u64 * CAND_BYTES)
                 .await?;
             out.extend(decode(&bytes, nb, kk, k));
-            gpu.recycle([scores, partial_cands]);
+            gpu.recycle([scores, partial_cands, surv]);
             q0 += nb;
         }
         Ok(out)
@@ -442,6 +473,7 @@ impl GpuState {
                         inputs,
                         &mat,
                         (blk_rows, nb.div_ceil(16 * tq)),
+                        &[],
                     );
                     blk0 += blk_rows;
                 }
@@ -513,8 +545,11 @@ impl Params {
     }
 }
 
-/// Records one `gemm` dispatch: `inputs` = (base chunk, queries, alive
-/// bits, bias), scores into `out`; `(rows, query_tiles)` sizes the grid.
+/// Records one `gemm` (or `gemm_keep`) dispatch: `inputs` = (base chunk,
+/// queries, alive bits, bias), scores into `out`, `extra` the bindings of
+/// the variant (`gemm_keep`: thresholds, survivors, their counts);
+/// `(rows, query_tiles)` sizes the grid.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn record_gemm(
     gpu: &Gpu,
     enc: &mut wgpu::CommandEncoder,
@@ -523,12 +558,12 @@ pub(crate) fn record_gemm(
     inputs: [&wgpu::Buffer; 4],
     out: &wgpu::Buffer,
     (rows, query_tiles): (usize, usize),
+    extra: &[(u32, &wgpu::Buffer)],
 ) {
     let [chunk, queries, alive, bias] = inputs;
-    let bind = gpu.bind(
-        pipe,
-        &[(0, params), (1, chunk), (2, queries), (4, alive), (5, bias), (7, out)],
-    );
+    let mut entries = vec![(0, params), (1, chunk), (2, queries), (4, alive), (5, bias), (7, out)];
+    entries.extend_from_slice(extra);
+    let bind = gpu.bind(pipe, &entries);
     gpu.dispatch(enc, pipe, &bind, (rows.div_ceil(TILE_ROWS) as u32, query_tiles as u32));
 }
 

@@ -2,15 +2,14 @@
 // follows it, and the merge of its sorted candidate lists.
 //
 // The host prepends the constants of a variant:
-//   TQ   queries per thread of `gemm` (1, 4 or 8): a tile is 16·TQ queries × 128 rows
+//   TQ   queries per thread of `gemm` (1 or 4): a tile is 16·TQ queries × 128 rows
 //   F16  base stored as f16 pairs in u32 words (unpacked to f32), else f32
 //   SEG  scores per `segsel` segment (1,024 to 4,096, by workgroup memory)
 //
 // `gemm` computes a tile of queries × rows per workgroup. Slabs of 16
 // dimensions of both operands are staged in workgroup memory; each of the
 // 256 threads keeps a register tile of TQ queries × 8 rows, so a step reads
-// (TQ + 8) floats from workgroup memory for 8·TQ multiply-adds (16 for 64
-// at TQ = 8, whose two slabs fill WebGPU's minimum 16 KiB). Base rows
+// (TQ + 8) floats from workgroup memory for 8·TQ multiply-adds. Base rows
 // are in the core's panel layout (16 rows per panel, dimension-major inside
 // a panel): the 16 × 16 values of a panel's slab are 64 consecutive vec4s.
 // The scores of a block of rows go to a score buffer (or, for score
@@ -217,9 +216,9 @@ fn emit_keep(q: u32, r0: u32, x: vec4<f32>) {
 }
 
 // A thread's register tile: `c[2i]` holds its query i against rows r..r+4,
-// `c[2i+1]` against rows r+64..r+68 (TQ queries, so 2·TQ of the 16 used).
+// `c[2i+1]` against rows r+64..r+68 (TQ queries, so 2·TQ of the 8 used).
 struct Tile {
-    c: array<vec4<f32>, 16>,
+    c: array<vec4<f32>, 8>,
 }
 
 // The tile of queries wg.y·BQ.., rows blk0 + wg.x·128.. (chunk-local).
@@ -239,41 +238,13 @@ fn tile(li: u32, wg: vec3<u32>) -> Tile {
     var c5 = vec4<f32>(0.0);
     var c6 = vec4<f32>(0.0);
     var c7 = vec4<f32>(0.0);
-    var c8 = vec4<f32>(0.0);
-    var c9 = vec4<f32>(0.0);
-    var c10 = vec4<f32>(0.0);
-    var c11 = vec4<f32>(0.0);
-    var c12 = vec4<f32>(0.0);
-    var c13 = vec4<f32>(0.0);
-    var c14 = vec4<f32>(0.0);
-    var c15 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < P.d; k0 += BK) {
         stage(li, k0, tile_r / 16u, tq0);
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk += 1u) {
             let b0 = bs[kk * (BR / 4u) + tr];
             let b1 = bs[kk * (BR / 4u) + 16u + tr];
-            if TQ == 8u {
-                // Two vec4s of queries: 16 floats read for 64 multiply-adds.
-                let a = qs[kk * (BQ / 4u) + 2u * tq];
-                let e = qs[kk * (BQ / 4u) + 2u * tq + 1u];
-                c0 += a.x * b0;
-                c1 += a.x * b1;
-                c2 += a.y * b0;
-                c3 += a.y * b1;
-                c4 += a.z * b0;
-                c5 += a.z * b1;
-                c6 += a.w * b0;
-                c7 += a.w * b1;
-                c8 += e.x * b0;
-                c9 += e.x * b1;
-                c10 += e.y * b0;
-                c11 += e.y * b1;
-                c12 += e.z * b0;
-                c13 += e.z * b1;
-                c14 += e.w * b0;
-                c15 += e.w * b1;
-            } else if TQ == 4u {
+            if TQ == 4u {
                 let a = qs[kk * (BQ / 4u) + tq];
                 c0 += a.x * b0;
                 c1 += a.x * b1;
@@ -291,7 +262,7 @@ fn tile(li: u32, wg: vec3<u32>) -> Tile {
         }
         workgroupBarrier();
     }
-    return Tile(array<vec4<f32>, 16>(c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15));
+    return Tile(array<vec4<f32>, 8>(c0, c1, c2, c3, c4, c5, c6, c7));
 }
 
 // Scores of a tile into `out_mat` (rows past the block are not written).
@@ -303,23 +274,13 @@ fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
     let r = P.blk0 + wg.x * BR + (li % 16u) * 4u;
     emit(q, r, t.c[0]);
     emit(q, r + 64u, t.c[1]);
-    if TQ >= 4u {
+    if TQ == 4u {
         emit(q + 1u, r, t.c[2]);
         emit(q + 1u, r + 64u, t.c[3]);
         emit(q + 2u, r, t.c[4]);
         emit(q + 2u, r + 64u, t.c[5]);
         emit(q + 3u, r, t.c[6]);
         emit(q + 3u, r + 64u, t.c[7]);
-    }
-    if TQ == 8u {
-        emit(q + 4u, r, t.c[8]);
-        emit(q + 4u, r + 64u, t.c[9]);
-        emit(q + 5u, r, t.c[10]);
-        emit(q + 5u, r + 64u, t.c[11]);
-        emit(q + 6u, r, t.c[12]);
-        emit(q + 6u, r + 64u, t.c[13]);
-        emit(q + 7u, r, t.c[14]);
-        emit(q + 7u, r + 64u, t.c[15]);
     }
 }
 
@@ -332,23 +293,13 @@ fn gemm_keep(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg
     let r = P.blk0 + wg.x * BR + (li % 16u) * 4u;
     emit_keep(q, r, t.c[0]);
     emit_keep(q, r + 64u, t.c[1]);
-    if TQ >= 4u {
+    if TQ == 4u {
         emit_keep(q + 1u, r, t.c[2]);
         emit_keep(q + 1u, r + 64u, t.c[3]);
         emit_keep(q + 2u, r, t.c[4]);
         emit_keep(q + 2u, r + 64u, t.c[5]);
         emit_keep(q + 3u, r, t.c[6]);
         emit_keep(q + 3u, r + 64u, t.c[7]);
-    }
-    if TQ == 8u {
-        emit_keep(q + 4u, r, t.c[8]);
-        emit_keep(q + 4u, r + 64u, t.c[9]);
-        emit_keep(q + 5u, r, t.c[10]);
-        emit_keep(q + 5u, r + 64u, t.c[11]);
-        emit_keep(q + 6u, r, t.c[12]);
-        emit_keep(q + 6u, r + 64u, t.c[13]);
-        emit_keep(q + 7u, r, t.c[14]);
-        emit_keep(q + 7u, r + 64u, t.c[15]);
     }
 }
 

@@ -189,8 +189,8 @@ mod cases {
     /// order (few rows beat a query's threshold), and rows whose scores
     /// rise along the base for the first query (every row beats it, so the
     /// survivors overflow and the block is selected segment by segment),
-    /// with tombstones and caller ids; 100 and 130 queries take the widest
-    /// `gemm` tile.
+    /// with tombstones and caller ids; 100 and 130 queries take the 4 × 8
+    /// register tile (and 130 a partial query tile).
     pub fn exact_top_k_long(backend: Arc<dyn Compute>) {
         let dim = 16;
         let n = 40_000;

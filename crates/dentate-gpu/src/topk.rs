@@ -46,14 +46,11 @@ pub(crate) fn slots(k: usize) -> Result<usize> {
 }
 
 /// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that
-/// many queries; 8 reads 16 floats of workgroup memory per 64
-/// multiply-adds, 4 reads 12 per 32).
+/// many queries). An 8 × 8 register tile (16 floats of workgroup memory
+/// per 64 multiply-adds) ran 1.27× slower than this 4 × 8 one on an H200
+/// (BENCHMARKS.md, "Survivors instead of a second pass").
 pub(crate) fn queries_per_thread(nq: usize) -> usize {
-    match nq {
-        96.. => 8,
-        48.. => 4,
-        _ => 1,
-    }
+    if nq >= 48 { 4 } else { 1 }
 }
 
 /// Queries as rows padded to whole vec4s.

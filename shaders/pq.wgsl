@@ -4,6 +4,11 @@
 // `fold`, which reduces their per-thread lists (`Cand`, `better`, NONE and
 // NEG come from common.wgsl, which the host puts in front).
 //
+// For k above the per-thread lists (K ≤ 128) the `_wide` variants keep no
+// list: they write every scanned entry's (score bits, row) at its place in
+// the query's row of `wide` (dead rows and unused places score NEG), and
+// topk.wgsl's `segsel` and merges select the best k from there.
+//
 // The host prepends:
 //   K     slots per top-k list
 //   M     sub-quantizers (code bytes per entry); for `fastscan` the padded
@@ -52,6 +57,25 @@ struct Params {
 // Fast-scan: per query (scale, offset, _, _) as f32 bits, then its FW words
 // of u8 tables (table j at bytes 16j..16j+16).
 @group(0) @binding(12) var<storage, read> qluts: array<u32>;
+// The `_wide` variants' output: P.ncand places per query; a probe's
+// entries start at its place `probe.w`.
+@group(0) @binding(13) var<storage, read_write> wide: array<vec2<u32>>;
+
+fn put_wide(q: u32, at: u32, s: f32, row: u32) {
+    wide[q * P.ncand + at] = vec2<u32>(bitcast<u32>(s), row);
+}
+
+// Places past query `q`'s probed entries (from its probes' lengths) up to
+// P.ncand scored NEG.
+fn pad_wide(li: u32, q: u32) {
+    var total = 0u;
+    for (var p = 0u; p < P.nprobe; p += 1u) {
+        total += probes[(P.q0 + q) * P.nprobe + p].y;
+    }
+    for (var e = total + li; e < P.ncand; e += WG) {
+        put_wide(q, e, NEG, NONE);
+    }
+}
 
 // Table entry (j, c) = <q_j, codebook_j[c]>.
 fn table_entry(qi: u32, e: u32) -> f32 {
@@ -136,6 +160,35 @@ fn write_list(top: ptr<function, array<Slot, K>>, o: u32) {
 
 LUT_DECL
 
+fn adc_score(q: u32, slot: u32, bias: f32) -> f32 {
+    var s = bias;
+    for (var j = 0u; j < M; j += 1u) {
+        s += lut_read(q, j * 256u + code_byte(slot, j));
+    }
+    return s;
+}
+
+// `adc` without lists: every probed entry into `wide`.
+@compute @workgroup_size(WG)
+fn adc_wide(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    LUT_FILL
+    workgroupBarrier();
+    if q >= P.nq {
+        return;
+    }
+    for (var p = 0u; p < P.nprobe; p += 1u) {
+        let pr = probes[(P.q0 + q) * P.nprobe + p];
+        let bias = bitcast<f32>(pr.z);
+        for (var e = li; e < pr.y; e += WG) {
+            let slot = pr.x + e;
+            let row = slot_rows[slot];
+            put_wide(q, pr.w + e, select(NEG, adc_score(q, slot, bias), is_alive(row)), row);
+        }
+    }
+    pad_wide(li, q);
+}
+
 // One workgroup per query: its table (in workgroup memory unless LUT = 2),
 // then its 256 threads stride over the entries of every probed list
 // (probe = (first slot, length, bias bits, _)), each keeping a top-K that
@@ -155,10 +208,7 @@ fn adc(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3
             let bias = bitcast<f32>(pr.z);
             for (var e = li; e < pr.y; e += WG) {
                 let slot = pr.x + e;
-                var s = bias;
-                for (var j = 0u; j < M; j += 1u) {
-                    s += lut_read(q, j * 256u + code_byte(slot, j));
-                }
+                let s = adc_score(q, slot, bias);
                 if top[K - 1u].r != NONE && s < top[K - 1u].s {
                     continue;
                 }
@@ -219,6 +269,31 @@ fn rerank(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
     write_list(&top, (qi * P.lists + P.list0 + li) * K);
 }
 
+// `rerank` without lists: candidate c of query q (of those in this store
+// chunk) into place c of `wide`; the first chunk's dispatch also writes the
+// unused places (NONE rows), so every place is written once.
+@compute @workgroup_size(WG)
+fn rerank_wide(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    if q >= P.nq {
+        return;
+    }
+    let qi = P.q0 + q;
+    for (var c = li; c < P.ncand; c += WG) {
+        let row = cands[qi * P.ncand + c];
+        if row == NONE {
+            if P.row0 == 0u {
+                put_wide(q, c, NEG, NONE);
+            }
+            continue;
+        }
+        if row < P.row0 || row - P.row0 >= P.nrows {
+            continue;
+        }
+        put_wide(q, c, store_dot(qi, row - P.row0), row);
+    }
+}
+
 // ---- 4-bit fast-scan -------------------------------------------------
 //
 // Blocks are the core's layout byte for byte (dentate_core::fastscan): a
@@ -251,28 +326,33 @@ fn fs_offer(top: ptr<function, array<Slot, K>>, pr: vec4<u32>, e: u32, sum: u32,
     insert(top, s, row);
 }
 
-// One workgroup per query: its u8 tables into workgroup memory, then its
-// threads stride over (block, byte column) pairs of every probed list —
-// one word load per sub-quantizer gives the codes of two entries (i and
-// i + 16) — summing table bytes in u32 (exact, the host bounds the sum by
-// 65535) and keeping a per-thread top-K, written as one partial list.
-@compute @workgroup_size(WG)
-fn fastscan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let q = wg.x;
-    var top: array<Slot, K>;
-    for (var i = 0u; i < K; i += 1u) {
-        top[i] = Slot(NEG, NONE);
+// `fs_offer` for `fastscan_wide`: the entry into `wide`.
+fn fs_put(q: u32, pr: vec4<u32>, e: u32, sum: u32, scale: f32, offset: f32) {
+    if e >= pr.y {
+        return;
     }
-    let qb = (P.q0 + q) * (FW + 4u);
+    let row = slot_rows[pr.x + e];
+    let s = bitcast<f32>(pr.z) + (offset + scale * f32(sum));
+    put_wide(q, pr.w + e, select(NEG, s, is_alive(row)), row);
+}
+
+// Query q's u8 tables into workgroup memory (before a barrier).
+fn load_flut(li: u32, q: u32) {
     if q < P.nq {
+        let qb = (P.q0 + q) * (FW + 4u);
         for (var e = li; e < FW; e += WG) {
             flut[e] = qluts[qb + 4u + e];
         }
     }
-    workgroupBarrier();
-    if q >= P.nq {
-        return;
-    }
+}
+
+// Query q's scan: its threads stride over (block, byte column) pairs of
+// every probed list — one word load per sub-quantizer gives the codes of
+// two entries (i and i + 16) — summing table bytes in u32 (exact, the host
+// bounds the sum by 65535); each entry offered to `top`, or with `to_wide`
+// put into `wide`.
+fn fs_scan(li: u32, q: u32, to_wide: bool, top: ptr<function, array<Slot, K>>) {
+    let qb = (P.q0 + q) * (FW + 4u);
     let scale = bitcast<f32>(qluts[qb]);
     let offset = bitcast<f32>(qluts[qb + 1u]);
     for (var p = 0u; p < P.nprobe; p += 1u) {
@@ -290,11 +370,48 @@ fn fastscan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg:
                 s0 += flut_read(j, byte & 15u);
                 s1 += flut_read(j, byte >> 4u);
             }
-            fs_offer(&top, pr, b * 32u + i, s0, scale, offset);
-            fs_offer(&top, pr, b * 32u + i + 16u, s1, scale, offset);
+            if to_wide {
+                fs_put(q, pr, b * 32u + i, s0, scale, offset);
+                fs_put(q, pr, b * 32u + i + 16u, s1, scale, offset);
+            } else {
+                fs_offer(top, pr, b * 32u + i, s0, scale, offset);
+                fs_offer(top, pr, b * 32u + i + 16u, s1, scale, offset);
+            }
         }
     }
+}
+
+// One workgroup per query: its tables, then `fs_scan` keeping a per-thread
+// top-K, written as one partial list.
+@compute @workgroup_size(WG)
+fn fastscan(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    var top: array<Slot, K>;
+    for (var i = 0u; i < K; i += 1u) {
+        top[i] = Slot(NEG, NONE);
+    }
+    load_flut(li, q);
+    workgroupBarrier();
+    if q >= P.nq {
+        return;
+    }
+    fs_scan(li, q, false, &top);
     write_list(&top, ((P.q0 + q) * WG + li) * K);
+}
+
+// `fastscan` without lists: every probed entry into `wide` (its pipeline
+// is built with K = 1; `top` is not used).
+@compute @workgroup_size(WG)
+fn fastscan_wide(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let q = wg.x;
+    var top: array<Slot, K>;
+    load_flut(li, q);
+    workgroupBarrier();
+    if q >= P.nq {
+        return;
+    }
+    fs_scan(li, q, true, &top);
+    pad_wide(li, q);
 }
 
 // Folding the scans' per-thread lists: workgroup (g, q) merges the FAN_IN

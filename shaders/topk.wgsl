@@ -588,7 +588,8 @@ fn select_best(li: u32, n: u32, q: u32, list: u32) {
 }
 
 // Query wg.y (dispatch-local), segment wg.x of the block's scores in
-// `out_mat` (row stride P.stride) into list wg.x. With flag 8 (the block
+// `out_mat` (row stride P.stride), or of its pairs in `surv` (flag 16),
+// into list wg.x. With flag 8 (the block
 // came from `gemm_keep`) a query whose survivors all fit in SEG slots is
 // left to `survsel`: its segments' lists stay empty.
 @compute @workgroup_size(256)
@@ -608,7 +609,9 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
         }
     }
     let start = g * SEG;
-    from_surv = false;
+    // Flag 16: the items are (score bits, row) pairs in `surv`, P.stride
+    // per query (the PQ scans' wide path), else the block's scores.
+    from_surv = (P.flags & 16u) != 0u;
     src0 = q * P.stride + start;
     row_of0 = P.blk0 + start;
     select_best(li, min(start + SEG, P.blk_rows) - start, q, list);

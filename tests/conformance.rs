@@ -82,8 +82,11 @@ fn assert_same(got: &[Vec<Cand>], want: &[Vec<Cand>], tol: f32, what: &str) {
                 b.score
             );
             if a.id != b.id {
-                let near = w.iter().any(|c| c.id == a.id && (c.score - b.score).abs() <= tol)
-                    || (i + 1 == w.len() && (a.score - b.score).abs() <= tol);
+                // Another id is the same answer where it ties within `tol`:
+                // one the reference ranks nearby, or one at the cut (the
+                // last places, where a near tie may leave the list).
+                let at_cut = w.last().is_some_and(|l| (a.score - l.score).abs() <= tol);
+                let near = w.iter().any(|c| c.id == a.id && (c.score - b.score).abs() <= tol) || at_cut;
                 assert!(near, "{what}: query {q} rank {i}: id {} vs {}", a.id, b.id);
             }
         }
@@ -367,6 +370,15 @@ mod cases {
     /// an index trained once (so both backends see the same codes), before
     /// and after appends, deletes and a compaction.
     pub fn ivfpq(backend: Arc<dyn Compute>) {
+        ivfpq_within(backend, None);
+    }
+
+    /// [`ivfpq`]; `rounded_tables`: scores within that tolerance of the
+    /// reference (a lookup table kept in f16 rounds each entry), and no
+    /// deep re-ranked shortlists (a rounded score moves entries across a
+    /// 400-deep shortlist's cut, so a different one is re-ranked).
+    pub fn ivfpq_within(backend: Arc<dyn Compute>, rounded_tables: Option<f32>) {
+        let tol = rounded_tables.unwrap_or(1e-4);
         let dim = 32;
         let n = 4_000;
         let data = synth(n, dim, 30, 41);
@@ -382,14 +394,29 @@ mod cases {
         let mut got = want.clone();
         got.set_compute(backend.clone());
         let check = |got: &IvfPqIndex, want: &IvfPqIndex, stage: &str| {
-            for (nprobe, rerank, k) in [(1, 0, 10), (4, 0, 10), (8, 4, 10), (32, 0, 64), (32, 12, 10), (3, 8, 1)] {
+            // Shortlists above the per-thread lists (k × re-rank 1,024, k 300,
+            // and a re-rank of k = 200) take the wide path on the GPU.
+            for (nprobe, rerank, k) in [
+                (1, 0, 10),
+                (4, 0, 10),
+                (8, 4, 10),
+                (32, 0, 64),
+                (32, 12, 10),
+                (3, 8, 1),
+                (32, 16, 64),
+                (16, 0, 300),
+                (32, 2, 200),
+            ] {
+                if rounded_tables.is_some() && rerank > 0 && k * rerank > 128 {
+                    continue;
+                }
                 let p = IvfSearchParams { nprobe, rerank };
                 let g = got.search_with(&queries, k, p).unwrap();
                 let w = want.search_with(&queries, k, p).unwrap();
                 assert_same(
                     &as_cands(g),
                     &as_cands(w),
-                    1e-4,
+                    tol,
                     &format!("{stage} nprobe={nprobe} rerank={rerank} k={k}"),
                 );
             }
@@ -427,7 +454,15 @@ mod cases {
             let mut got = want.clone();
             got.set_compute(backend.clone());
             let check = |got: &IvfPqIndex, want: &IvfPqIndex, stage: &str| {
-                for (nprobe, rerank, k) in [(1, 0, 10), (4, 0, 10), (8, 4, 10), (16, 0, 100), (6, 8, 1)] {
+                for (nprobe, rerank, k) in [
+                    (1, 0, 10),
+                    (4, 0, 10),
+                    (8, 4, 10),
+                    (16, 0, 100),
+                    (6, 8, 1),
+                    (16, 12, 100),
+                    (16, 0, 300),
+                ] {
                     let p = IvfSearchParams { nprobe, rerank };
                     let g = as_cands(got.search_with(&queries, k, p).unwrap());
                     let w = as_cands(want.search_with(&queries, k, p).unwrap());
@@ -475,7 +510,8 @@ mod cases {
                 epoch: 0,
             };
             let tol = if precision == Precision::F32 { 1e-4 } else { 1e-2 };
-            for k in [1, 5, 40] {
+            // Above 128 the GPU keeps no per-thread lists (the wide path).
+            for k in [1, 5, 40, 150, 300] {
                 let g = backend.rerank(&queries, s, &ids, &cands, k);
                 let w = reference().rerank(&queries, s, &ids, &cands, k);
                 // Duplicated candidates score the same: compare as sets of ids.
@@ -753,7 +789,10 @@ fn gpu_table_placements_agree() {
         }) else {
             return;
         };
-        cases::ivfpq(g.clone());
+        // f16 entries: a sum of m = 8 of them is within ~2e-4 at these
+        // scores, and 300-deep lists reach such differences.
+        let rounded = (table == TablePlacement::SharedF16).then_some(1e-3);
+        cases::ivfpq_within(g.clone(), rounded);
         assert_eq!(g.fallbacks(), 0, "{table:?} fell back");
     }
 }

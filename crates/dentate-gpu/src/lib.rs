@@ -38,9 +38,10 @@
 //! Only `k` candidates per query cross the bus.
 //!
 //! Nothing on the GPU path reaches a caller as a panic or an error: an
-//! operation the kernels do not cover (k > [`MAX_EXACT_K`] in exact search
-//! or k > [`MAX_K`] in the PQ scans, after `k` is clamped to the rows there
-//! are — the core's `k` rule —, inverted lists above
+//! operation the kernels do not cover (k > [`MAX_EXACT_K`] in exact search,
+//! the PQ scans or the re-rank, after `k` is clamped to the rows there
+//! are — the core's `k` rule; above [`MAX_K`] the scans keep no per-thread
+//! lists and select like exact search —, inverted lists above
 //! one binding) or one the device fails (validation, out of memory, device
 //! lost) runs on the CPU backend instead, and [`GpuCompute::fallbacks`]
 //! counts it.

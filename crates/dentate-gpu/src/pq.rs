@@ -5,7 +5,7 @@ use crate::GpuState;
 use crate::device::{Gpu, wgsl, words};
 use crate::error::{GpuError, Result};
 use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore};
-use crate::topk::{CAND_BYTES, decode, slots};
+use crate::topk::{CAND_BYTES, Keep, decode, select_pairs};
 use dentate_core::fastscan::{QuantizedTables, padded_m};
 use dentate_core::topk::Cand;
 use dentate_core::{Codebooks, IvfParts, IvfPlan, Probe, StoreRef};
@@ -101,11 +101,48 @@ async fn finish_batch(
     Ok(decode(&bytes, nq, kk, k))
 }
 
+/// The wide path's finish (k above the per-thread lists): the scans wrote
+/// `len` (score, row) pairs per query into `wide`; select the best `kk`
+/// of each on the device, submit `enc`, read back and decode the best `k`.
+async fn finish_wide(
+    gpu: &Gpu,
+    mut enc: wgpu::CommandEncoder,
+    (wide, ids): (wgpu::Buffer, &wgpu::Buffer),
+    (nq, len): (usize, usize),
+    kk: usize,
+    k: usize,
+) -> Result<Vec<Vec<Cand>>> {
+    let best = select_pairs(gpu, &mut enc, (&wide, ids), nq, len, kk).await?;
+    let bytes = gpu
+        .submit_and_read(enc, &best, 0, (nq * kk) as u64 * CAND_BYTES)
+        .await?;
+    gpu.recycle([wide]);
+    Ok(decode(&bytes, nq, kk, k))
+}
+
+/// Entries a query's probes cover (the wide path's places per query: the
+/// most of any query), at least 1.
+fn probed_entries(res: &ResidentLists, probes: &[Vec<Probe>]) -> usize {
+    probes
+        .iter()
+        .map(|list| {
+            list.iter()
+                .filter_map(|p| res.spans.get(p.list as usize))
+                .map(|&(_, len, _)| len)
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0)
+        .max(1)
+}
+
 /// The probes of queries `q0..q0 + nb` as the kernels read them: per probe
-/// (first slot, length, bias bits, 0), `nprobe` per query, unused ones empty.
+/// (first slot, length, bias bits, place of its first entry among the
+/// query's probed entries), `nprobe` per query, unused ones empty.
 fn probe_words(res: &ResidentLists, probes: &[Vec<Probe>], nprobe: usize) -> Vec<u32> {
     let mut pr = vec![0u32; probes.len() * nprobe * 4];
     for (qi, list) in probes.iter().enumerate() {
+        let mut place = 0u32;
         for (j, p) in list.iter().enumerate() {
             let Some(&(off, len, _)) = res.spans.get(p.list as usize) else {
                 continue;
@@ -114,9 +151,59 @@ fn probe_words(res: &ResidentLists, probes: &[Vec<Probe>], nprobe: usize) -> Vec
             pr[at] = off as u32;
             pr[at + 1] = len as u32;
             pr[at + 2] = p.bias.to_bits();
+            pr[at + 3] = place;
+            place += len as u32;
         }
     }
     pr
+}
+
+/// Bytes per query of a scan's output (wide: `places` pairs and the
+/// selection's segment lists; lists: `lists` per-thread lists), for
+/// [`Gpu::queries_per_batch`].
+fn wide_or_lists(keep: Keep, places: usize, lists: usize, gpu: &Gpu) -> Vec<u64> {
+    match keep {
+        Keep::Wide(kk) => {
+            let segs = places.div_ceil(crate::topk::seg_len(gpu)) as u64;
+            vec![places as u64 * 8, segs * kk as u64 * CAND_BYTES]
+        }
+        Keep::Lists(kk) => vec![(lists * kk) as u64 * CAND_BYTES],
+    }
+}
+
+/// A scan's output buffer for `nq` queries: `places` pairs each (wide;
+/// scratch, every place is written) or `lists` lists of K slots each.
+fn scan_output(gpu: &Gpu, keep: Keep, nq: usize, places: usize, lists: usize) -> wgpu::Buffer {
+    match keep {
+        Keep::Wide(_) => gpu.scratch("scan pairs", (nq * places) as u64 * 8),
+        Keep::Lists(kk) => gpu.zeroed("partial", (nq * lists * kk) as u64 * CAND_BYTES),
+    }
+}
+
+/// The bindings of a scan's output: `wide` (pq.wgsl binding 13), or
+/// `out_top` (8) and the ids its lists read to break ties (6).
+fn outputs<'a>(keep: Keep, out: &'a wgpu::Buffer, ids: &'a wgpu::Buffer) -> Vec<(u32, &'a wgpu::Buffer)> {
+    if keep.wide() {
+        vec![(13, out)]
+    } else {
+        vec![(8, out), (6, ids)]
+    }
+}
+
+/// A batch's end: the wide selection ([`finish_wide`]) or the fold of the
+/// per-thread lists ([`finish_batch`]); `(nq, places, lists)`.
+async fn finish_scan(
+    gpu: &Gpu,
+    enc: wgpu::CommandEncoder,
+    keep: Keep,
+    (out, ids): (wgpu::Buffer, &wgpu::Buffer),
+    (nq, places, lists): (usize, usize, usize),
+    k: usize,
+) -> Result<Vec<Vec<Cand>>> {
+    match keep {
+        Keep::Wide(kk) => finish_wide(gpu, enc, (out, ids), (nq, places), kk, k).await,
+        Keep::Lists(kk) => finish_batch(gpu, enc, out, nq, lists, kk, k).await,
+    }
 }
 
 impl GpuState {
@@ -149,7 +236,7 @@ impl GpuState {
     pub(crate) async fn adc_top_k(&mut self, parts: &IvfParts<'_>, plan: &IvfPlan, k: usize) -> Result<Vec<Vec<Cand>>> {
         let (queries, probes, lists, ids, alive) = (&plan.rotated, &plan.probes, &parts.lists, parts.ids, parts.alive);
         let pq = parts.books;
-        let kk = slots(k)?;
+        let keep = Keep::of(k)?;
         let (m, d) = (pq.m(), pq.dim());
         let nq = probes.len();
         // Ids are keyed like the lists (one row table serves both).
@@ -163,10 +250,11 @@ impl GpuState {
         )?;
         let table = table_placement(gpu, self.table, m);
         let (decl, fill) = lut_source(table);
-        let c = consts(kk, m, pq.dsub(), false, 1);
+        let c = consts(keep.kernel_k(), m, pq.dsub(), false, 1);
         let replace = [("LUT_DECL", decl), ("LUT_FILL", fill)];
+        let entry = if keep.wide() { "adc_wide" } else { "adc" };
         let adc = gpu
-            .pipeline(wgsl::PQ, "adc", &c, &replace, table == Table::SharedF16)
+            .pipeline(wgsl::PQ, entry, &c, &replace, table == Table::SharedF16)
             .await?;
         let tables = match table {
             Table::Global => Some(gpu.pipeline(wgsl::PQ, "tables", &c, &replace, false).await?),
@@ -175,9 +263,12 @@ impl GpuState {
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
         let dummy = gpu.zeroed("unused", 16);
-        let per_query = (WG * kk) as u64 * CAND_BYTES;
+        let places = if keep.wide() { probed_entries(res, probes) } else { 0 };
+        let per_query = wide_or_lists(keep, places, WG, gpu);
         let table_bytes = (m * 256 * 4) as u64;
-        let nb_max = gpu.queries_per_batch(&[per_query, table_bytes, nprobe as u64 * 16]);
+        let mut sizes = vec![table_bytes, nprobe as u64 * 16];
+        sizes.extend(per_query);
+        let nb_max = gpu.queries_per_batch(&sizes);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {
@@ -185,12 +276,25 @@ impl GpuState {
             let pr = probe_words(res, &probes[q0..q0 + nb], nprobe);
             let qbuf = gpu.storage("queries", bytemuck::cast_slice(&queries[q0 * d..(q0 + nb) * d]));
             let pbuf = gpu.storage("probes", bytemuck::cast_slice(&pr));
-            let partial = gpu.zeroed("partial", nb as u64 * per_query);
+            let out_buf = scan_output(gpu, keep, nb, places, WG);
             let gtab = match table {
                 Table::Global => gpu.zeroed("tables", nb as u64 * table_bytes),
                 _ => dummy.clone(),
             };
-            let params = gpu.uniform(&words(&[nb as u32, d as u32, nprobe as u32, 0, 0, 0, 0, 0, 0, 0, 0, 0]));
+            let params = gpu.uniform(&words(&[
+                nb as u32,
+                d as u32,
+                nprobe as u32,
+                0,
+                places as u32,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ]));
             let mut enc = gpu.encoder();
             if let Some(tp) = &tables {
                 let bind = gpu.bind(tp, &[(0, &params), (1, &qbuf), (2, &books), (9, &gtab)]);
@@ -201,10 +305,9 @@ impl GpuState {
                 (3, &res.codes),
                 (4, &res.rows),
                 (5, &pbuf),
-                (6, &ids_buf),
                 (7, &alive_buf),
-                (8, &partial),
             ];
+            entries.extend(outputs(keep, &out_buf, &ids_buf));
             match table {
                 Table::Global => entries.push((9, &gtab)),
                 _ => {
@@ -214,7 +317,7 @@ impl GpuState {
             }
             let bind = gpu.bind(&adc, &entries);
             gpu.dispatch(&mut enc, &adc, &bind, (nb as u32, 1));
-            out.extend(finish_batch(gpu, enc, partial, nb, WG, kk, k).await?);
+            out.extend(finish_scan(gpu, enc, keep, (out_buf, &ids_buf), (nb, places, WG), k).await?);
             q0 += nb;
         }
         Ok(out)
@@ -232,7 +335,7 @@ impl GpuState {
     ) -> Result<Vec<Vec<Cand>>> {
         let (probes, lists, ids, alive) = (&plan.probes, &parts.lists, parts.ids, parts.alive);
         let m = parts.books.m();
-        let kk = slots(k)?;
+        let keep = Keep::of(k)?;
         let m2 = padded_m(m);
         let fw = 4 * m2;
         let nq = probes.len().min(tables.len());
@@ -249,13 +352,17 @@ impl GpuState {
             |r| Ok(r.sync(gpu, lists, Layout::Packed)),
             || ResidentLists::new(gpu, lists, Layout::Packed),
         )?;
-        let c = consts(kk, m2, 1, false, fw);
+        let c = consts(keep.kernel_k(), m2, 1, false, fw);
         let replace = [("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())];
-        let pipe = gpu.pipeline(wgsl::PQ, "fastscan", &c, &replace, false).await?;
+        let entry = if keep.wide() { "fastscan_wide" } else { "fastscan" };
+        let pipe = gpu.pipeline(wgsl::PQ, entry, &c, &replace, false).await?;
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
-        let per_query = (WG * kk) as u64 * CAND_BYTES;
-        let nb_max = gpu.queries_per_batch(&[per_query, (fw + 4) as u64 * 4, nprobe as u64 * 16]);
+        let unused = gpu.zeroed("unused", 16);
+        let places = if keep.wide() { probed_entries(res, probes) } else { 0 };
+        let mut sizes = vec![(fw + 4) as u64 * 4, nprobe as u64 * 16];
+        sizes.extend(wide_or_lists(keep, places, WG, gpu));
+        let nb_max = gpu.queries_per_batch(&sizes);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {
@@ -272,24 +379,41 @@ impl GpuState {
             }
             let lbuf = gpu.storage("fast-scan tables", bytemuck::cast_slice(&luts));
             let pbuf = gpu.storage("probes", bytemuck::cast_slice(&pr));
-            let partial = gpu.zeroed("partial", nb as u64 * per_query);
-            let params = gpu.uniform(&words(&[nb as u32, 0, nprobe as u32, 0, 0, 0, 0, 0, 0, 0, 0, 0]));
+            let out_buf = scan_output(gpu, keep, nb, places, WG);
+            let params = gpu.uniform(&words(&[
+                nb as u32,
+                0,
+                nprobe as u32,
+                0,
+                places as u32,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ]));
             let mut enc = gpu.encoder();
-            let bind = gpu.bind(
-                &pipe,
-                &[
-                    (0, &params),
-                    (3, &res.codes),
-                    (4, &res.rows),
-                    (5, &pbuf),
-                    (6, &ids_buf),
-                    (7, &alive_buf),
-                    (8, &partial),
-                    (12, &lbuf),
-                ],
-            );
+            let mut entries = vec![
+                (0, &params),
+                (3, &res.codes),
+                (4, &res.rows),
+                (5, &pbuf),
+                (7, &alive_buf),
+                (12, &lbuf),
+            ];
+            entries.extend(outputs(keep, &out_buf, &ids_buf));
+            // Both variants share `fs_scan`, which names the other's
+            // bindings too (ids for the lists' ties, `wide`).
+            if keep.wide() {
+                entries.push((6, &ids_buf));
+            } else {
+                entries.push((13, &unused));
+            }
+            let bind = gpu.bind(&pipe, &entries);
             gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
-            out.extend(finish_batch(gpu, enc, partial, nb, WG, kk, k).await?);
+            out.extend(finish_scan(gpu, enc, keep, (out_buf, &ids_buf), (nb, places, WG), k).await?);
             q0 += nb;
         }
         Ok(out)
@@ -304,7 +428,7 @@ impl GpuState {
         candidates: &[Vec<u32>],
         k: usize,
     ) -> Result<Vec<Vec<Cand>>> {
-        let kk = slots(k)?;
+        let keep = Keep::of(k)?;
         let d = store.rows.dim();
         let nq = candidates.len();
         let ids_buf = self.ids_buffer(store.uid, store.epoch, ids)?;
@@ -320,16 +444,17 @@ impl GpuState {
         let pipe = gpu
             .pipeline(
                 wgsl::PQ,
-                "rerank",
-                &consts(kk, 4, 1, res.f16, 1),
+                if keep.wide() { "rerank_wide" } else { "rerank" },
+                &consts(keep.kernel_k(), 4, 1, res.f16, 1),
                 &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
                 false,
             )
             .await?;
         let ncand = candidates.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let lists = nchunks * WG;
-        let per_query = (lists * kk) as u64 * CAND_BYTES;
-        let nb_max = gpu.queries_per_batch(&[per_query, ncand as u64 * 4, d as u64 * 4]);
+        let mut sizes = vec![ncand as u64 * 4, d as u64 * 4];
+        sizes.extend(wide_or_lists(keep, ncand, lists, gpu));
+        let nb_max = gpu.queries_per_batch(&sizes);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
         while q0 < nq {
@@ -340,7 +465,7 @@ impl GpuState {
             }
             let qbuf = gpu.storage("queries", bytemuck::cast_slice(&queries[q0 * d..(q0 + nb) * d]));
             let cbuf = gpu.storage("candidates", bytemuck::cast_slice(&cands));
-            let partial = gpu.zeroed("partial", nb as u64 * per_query);
+            let out_buf = scan_output(gpu, keep, nb, ncand, lists);
             let mut enc = gpu.encoder();
             for c in 0..nchunks {
                 let row0 = c * chunk_rows;
@@ -359,20 +484,12 @@ impl GpuState {
                     0,
                     0,
                 ]));
-                let bind = gpu.bind(
-                    &pipe,
-                    &[
-                        (0, &params),
-                        (1, &qbuf),
-                        (6, &ids_buf),
-                        (8, &partial),
-                        (10, res.vecs.chunk(c)),
-                        (11, &cbuf),
-                    ],
-                );
+                let mut entries = vec![(0, &params), (1, &qbuf), (10, res.vecs.chunk(c)), (11, &cbuf)];
+                entries.extend(outputs(keep, &out_buf, &ids_buf));
+                let bind = gpu.bind(&pipe, &entries);
                 gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
             }
-            out.extend(finish_batch(gpu, enc, partial, nb, lists, kk, k).await?);
+            out.extend(finish_scan(gpu, enc, keep, (out_buf, &ids_buf), (nb, ncand, lists), k).await?);
             q0 += nb;
         }
         Ok(out)

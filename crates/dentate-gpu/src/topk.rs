@@ -11,11 +11,13 @@ use dentate_core::simd::PANEL;
 use dentate_core::topk::Cand;
 use std::sync::Arc;
 
-/// Largest top-k list the PQ scans keep per thread (k above it runs on the
-/// CPU there).
+/// Largest top-k list the PQ scans and the re-rank keep per thread; above
+/// it (up to [`MAX_EXACT_K`]) they keep no lists and select like exact
+/// search.
 pub const MAX_K: usize = 128;
-/// Largest `k` of exact search on the device: its lists are sorted per
-/// segment and merged, with no per-thread list.
+/// Largest `k` of exact search (and of the PQ scans' wide path) on the
+/// device: its lists are sorted per segment and merged, with no
+/// per-thread list.
 pub const MAX_EXACT_K: usize = 4096;
 /// Bytes of one candidate (`Cand` in the shaders: score, row, id lo, id hi).
 pub(crate) const CAND_BYTES: u64 = 16;
@@ -37,12 +39,38 @@ pub(crate) fn seg_len(gpu: &Gpu) -> usize {
     seg
 }
 
-/// Slots of the PQ scans' per-thread top-k lists for `k`.
-pub(crate) fn slots(k: usize) -> Result<usize> {
-    if k > MAX_K {
-        return Err(GpuError::Unsupported(format!("k = {k} > {MAX_K}")));
+/// How the PQ scans and the re-rank keep their best `k`: per-thread lists
+/// of `Lists(slots)` (k up to [`MAX_K`]), or no lists and a selection over
+/// every scored entry (`Wide(k)`, up to [`MAX_EXACT_K`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Keep {
+    Lists(usize),
+    Wide(usize),
+}
+
+impl Keep {
+    pub fn of(k: usize) -> Result<Keep> {
+        if k > MAX_EXACT_K {
+            Err(GpuError::Unsupported(format!("k = {k} > {MAX_EXACT_K}")))
+        } else if k > MAX_K {
+            Ok(Keep::Wide(k))
+        } else {
+            Ok(Keep::Lists(k.max(1).next_power_of_two()))
+        }
     }
-    Ok(k.max(1).next_power_of_two())
+
+    pub fn wide(self) -> bool {
+        matches!(self, Keep::Wide(_))
+    }
+
+    /// The `K` constant of the scan kernels (the wide ones keep no lists and
+    /// are built with 1).
+    pub fn kernel_k(self) -> usize {
+        match self {
+            Keep::Lists(kk) => kk,
+            Keep::Wide(_) => 1,
+        }
+    }
 }
 
 /// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that
@@ -180,6 +208,80 @@ impl<'g> Merger<'g> {
         }
         cur
     }
+}
+
+/// The best `kk` of each of `nq` queries' `len` (score bits, global row)
+/// pairs in `pairs` (`len` per query; NEG scores are no candidates), ids
+/// in `ids` (two words per row): `segsel` over segments of the pairs and
+/// merges down to one list per query, padded to `kk` with NONE rows;
+/// recorded into `enc`. Returns the lists' buffer (`kk` slots per query).
+pub(crate) async fn select_pairs(
+    gpu: &Gpu,
+    enc: &mut wgpu::CommandEncoder,
+    (pairs, ids): (&wgpu::Buffer, &wgpu::Buffer),
+    nq: usize,
+    len: usize,
+    kk: usize,
+) -> Result<wgpu::Buffer> {
+    let seg = seg_len(gpu);
+    let segs = len.div_ceil(seg).max(1);
+    let sel = exact_pipeline(gpu, "segsel", 1, false).await?;
+    let merger = Merger::new(gpu, nq, kk).await?;
+    let params = Params {
+        d: 0,
+        dp4: 0,
+        n: len,
+        blk0: 0,
+        blk_rows: len,
+        nq,
+        q0: 0,
+        stride: len,
+        col0: 0,
+        flags: 1 | 16,
+        row0: 0,
+        lists: segs,
+        a0: 0,
+        k: kk,
+    }
+    .uniform(gpu);
+    let partial = Lists {
+        cands: gpu.zeroed("segment lists", (nq * segs * kk) as u64 * CAND_BYTES),
+        lens: gpu.zeroed("segment lengths", (nq * segs) as u64 * 4),
+        stride: segs,
+        count: segs,
+    };
+    let threshold = gpu.zeroed("thresholds", nq as u64 * 4);
+    // Bindings `segsel` declares but does not read in this mode.
+    let (scores, kept) = (gpu.zeroed("unused", 16), gpu.zeroed("unused", 16));
+    let bind = gpu.bind(
+        &sel,
+        &[
+            (0, &params),
+            (3, ids),
+            (6, &partial.cands),
+            (7, &scores),
+            (11, &partial.lens),
+            (12, &threshold),
+            (18, pairs),
+            (19, &kept),
+        ],
+    );
+    gpu.dispatch(enc, &sel, &bind, (segs as u32, nq as u32));
+    let folded = merger.fold(enc, partial);
+    let out = Lists {
+        cands: gpu.zeroed("best", (nq * kk) as u64 * CAND_BYTES),
+        lens: gpu.zeroed("best lengths", nq as u64 * 4),
+        stride: 1,
+        count: 1,
+    };
+    let none = Lists {
+        cands: scores.clone(),
+        lens: scores,
+        stride: 1,
+        count: 0,
+    };
+    merger.pass(enc, (&folded, &none, &out), (0, 0, 0), true);
+    Ok(out.cands)
 }
 
 /// How a batch of exact search is cut: `nb` queries, blocks of `rows`

@@ -610,7 +610,8 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
     }
     let start = g * SEG;
     // Flag 16: the items are (score bits, row) pairs in `surv`, P.stride
-    // per query (the PQ scans' wide path), else the block's scores.
+    // per query (what the PQ scans and the re-rank scored), else the
+    // block's scores.
     from_surv = (P.flags & 16u) != 0u;
     src0 = q * P.stride + start;
     row_of0 = P.blk0 + start;

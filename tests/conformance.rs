@@ -394,8 +394,8 @@ mod cases {
         let mut got = want.clone();
         got.set_compute(backend.clone());
         let check = |got: &IvfPqIndex, want: &IvfPqIndex, stage: &str| {
-            // Shortlists above the per-thread lists (k × re-rank 1,024, k 300,
-            // and a re-rank of k = 200) take the wide path on the GPU.
+            // Deep shortlists too (k × re-rank 1,024, k 300, and a re-rank
+            // of k = 200: the GPU's per-thread lists once stopped at 128).
             for (nprobe, rerank, k) in [
                 (1, 0, 10),
                 (4, 0, 10),
@@ -510,7 +510,7 @@ mod cases {
                 epoch: 0,
             };
             let tol = if precision == Precision::F32 { 1e-4 } else { 1e-2 };
-            // Above 128 the GPU keeps no per-thread lists (the wide path).
+            // Above 128 too (the GPU's per-thread lists once stopped there).
             for k in [1, 5, 40, 150, 300] {
                 let g = backend.rerank(&queries, s, &ids, &cands, k);
                 let w = reference().rerank(&queries, s, &ids, &cands, k);

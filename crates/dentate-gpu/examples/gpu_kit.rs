@@ -297,9 +297,8 @@ fn main() {
         );
         let mut on_gpu = idx.clone();
         on_gpu.set_compute(gpu.clone());
-        // k × re-rank of 40 and 120 keeps per-thread lists on the device;
-        // 320 and 640 take the wide path (above MAX_K), which recall 0.95
-        // needs.
+        // Shortlists (k × re-rank) of 40 to 640; recall 0.95 needs the
+        // deeper ones.
         for (nprobe, rerank) in [
             (4usize, 4usize),
             (16, 4),

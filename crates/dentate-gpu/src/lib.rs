@@ -15,9 +15,9 @@
 //! | `matmul_nt` | panel GEMM tiles | `topk.wgsl` `gemm` writing the matrix |
 //! | `cluster_sums` | chunked sums in chunk order | `cluster.wgsl` `cluster_sums` (one owner per sum, point order) |
 //! | `cluster_distance_sums` | Gram tiles | `cluster.wgsl` `distance_sums` |
-//! | `adc_top_k` | per-query table + unrolled scan | `pq.wgsl` `adc` (table in workgroup memory) + `fold` |
-//! | `fastscan_top_k` | u8 tables, SIMD byte shuffles over blocks of 32 | `pq.wgsl` `fastscan` (the host's u8 tables in workgroup memory, the same blocks, exact u32 sums) + `fold` |
-//! | `rerank` | f16/f32 dot per candidate | `pq.wgsl` `rerank` + `fold` |
+//! | `adc_top_k` | per-query table + unrolled scan | `pq.wgsl` `adc` (table in workgroup memory; every entry's score) → `topk.wgsl` `segsel` → `merge` |
+//! | `fastscan_top_k` | u8 tables, SIMD byte shuffles over blocks of 32 | `pq.wgsl` `fastscan` (the host's u8 tables in workgroup memory, the same blocks, exact u32 sums; every entry's score) → `segsel` → `merge` |
+//! | `rerank` | f16/f32 dot per candidate | `pq.wgsl` `rerank` → `segsel` → `merge` |
 //! | `salience` | per-row formula | `select.wgsl` `salience` |
 //! | `lowest` | heap | `select.wgsl` radix select (`histogram`, `collect`) |
 //!
@@ -28,8 +28,8 @@
 //! is split into chunks. Top-k never reads scores back: exact search scores
 //! a block of rows into a device buffer, sorts each segment's survivors of
 //! a running per-query threshold, and merges the sorted lists on the
-//! device; the PQ scans keep a sorted list per thread and fold 16 lists
-//! into one per pass (a workgroup each, by rank). A k-means training's
+//! device; the PQ scans and the re-rank write every score they compute
+//! and select from those the same way (no per-thread lists). A k-means training's
 //! points stay on the device for all its steps ([`dentate_core::PointsRef`]).
 //!
 //! [`GpuCompute::start_timing`] times every dispatch with timestamp
@@ -40,8 +40,7 @@
 //! Nothing on the GPU path reaches a caller as a panic or an error: an
 //! operation the kernels do not cover (k > [`MAX_EXACT_K`] in exact search,
 //! the PQ scans or the re-rank, after `k` is clamped to the rows there
-//! are — the core's `k` rule; above [`MAX_K`] the scans keep no per-thread
-//! lists and select like exact search —, inverted lists above
+//! are — the core's `k` rule —, inverted lists above
 //! one binding) or one the device fails (validation, out of memory, device
 //! lost) runs on the CPU backend instead, and [`GpuCompute::fallbacks`]
 //! counts it.
@@ -66,7 +65,7 @@ mod topk;
 
 pub use device::{AdapterReport, DeviceTimes, KernelTime};
 pub use error::{GpuError, Result};
-pub use topk::{MAX_EXACT_K, MAX_K};
+pub use topk::MAX_EXACT_K;
 
 use dentate_core::salience::SalienceParams;
 use dentate_core::topk::Cand;

@@ -1,17 +1,16 @@
 //! IVF-PQ on the device (`shaders/pq.wgsl`): lookup tables, the ADC scan of
-//! the probed lists, exact re-ranking.
+//! the probed lists, exact re-ranking. Each kernel writes every entry it
+//! scores as a (score, row) pair; exact search's selection
+//! ([`select_pairs`]) keeps the best `k` of each query on the device.
 
 use crate::GpuState;
 use crate::device::{Gpu, wgsl, words};
 use crate::error::{GpuError, Result};
 use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore};
-use crate::topk::{CAND_BYTES, Keep, decode, select_pairs};
+use crate::topk::{CAND_BYTES, MAX_EXACT_K, decode, seg_len, select_pairs};
 use dentate_core::fastscan::{QuantizedTables, padded_m};
 use dentate_core::topk::Cand;
 use dentate_core::{Codebooks, IvfParts, IvfPlan, Probe, StoreRef};
-
-/// Threads per workgroup of the ADC and re-rank kernels (one list each).
-const WG: usize = 256;
 
 /// Where the lookup table lives.
 pub(crate) type Table = crate::TablePlacement;
@@ -53,9 +52,8 @@ fn lut_source(t: Table) -> (String, String) {
 
 /// The constants the host prepends to `pq.wgsl` (see its header); `fw`
 /// is 1 for every kernel but `fastscan`.
-fn consts(kk: usize, pq_m: usize, dsub: usize, f16_store: bool, fw: usize) -> Vec<(&'static str, String)> {
+fn consts(pq_m: usize, dsub: usize, f16_store: bool, fw: usize) -> Vec<(&'static str, String)> {
     vec![
-        ("K", format!("{kk}u")),
         ("M", format!("{pq_m}u")),
         ("DSUB", format!("{dsub}u")),
         ("W", format!("{}u", pq_m.div_ceil(4))),
@@ -64,64 +62,27 @@ fn consts(kk: usize, pq_m: usize, dsub: usize, f16_store: bool, fw: usize) -> Ve
     ]
 }
 
-/// Finishes a batch of `nq` queries whose scan wrote `lists` sorted lists
-/// of `kk` slots each (NONE rows last) into `partial`: `fold` passes sort
-/// 16 lists into one (a workgroup each) until one is left per query, then `enc` is submitted
-/// and the one list per query read back and decoded to its best `k`.
-async fn finish_batch(
+/// A batch's end: the kernels wrote `len` (score, row) pairs per query
+/// into `scored`; select the best `kk` of each on the device, submit
+/// `enc`, read back and decode the best `k`.
+async fn finish(
     gpu: &Gpu,
     mut enc: wgpu::CommandEncoder,
-    partial: wgpu::Buffer,
-    nq: usize,
-    mut lists: usize,
-    kk: usize,
-    k: usize,
-) -> Result<Vec<Vec<Cand>>> {
-    const FAN_IN: usize = 16;
-    let pipe = gpu
-        .pipeline(
-            wgsl::PQ,
-            "fold",
-            &consts(kk, 4, 1, false, 1),
-            &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
-            false,
-        )
-        .await?;
-    let mut cur = partial;
-    while lists > 1 {
-        let out_lists = lists.div_ceil(FAN_IN);
-        let out = gpu.zeroed("folded", (nq * out_lists * kk) as u64 * CAND_BYTES);
-        let params = gpu.uniform(&words(&[lists as u32, out_lists as u32, nq as u32, 0]));
-        let bind = gpu.bind(&pipe, &[(20, &params), (21, &cur), (22, &out)]);
-        gpu.dispatch(&mut enc, &pipe, &bind, (out_lists as u32, nq as u32));
-        cur = out;
-        lists = out_lists;
-    }
-    let bytes = gpu.submit_and_read(enc, &cur, 0, (nq * kk) as u64 * CAND_BYTES).await?;
-    Ok(decode(&bytes, nq, kk, k))
-}
-
-/// The wide path's finish (k above the per-thread lists): the scans wrote
-/// `len` (score, row) pairs per query into `wide`; select the best `kk`
-/// of each on the device, submit `enc`, read back and decode the best `k`.
-async fn finish_wide(
-    gpu: &Gpu,
-    mut enc: wgpu::CommandEncoder,
-    (wide, ids): (wgpu::Buffer, &wgpu::Buffer),
+    (scored, ids): (wgpu::Buffer, &wgpu::Buffer),
     (nq, len): (usize, usize),
     kk: usize,
     k: usize,
 ) -> Result<Vec<Vec<Cand>>> {
-    let best = select_pairs(gpu, &mut enc, (&wide, ids), nq, len, kk).await?;
+    let best = select_pairs(gpu, &mut enc, (&scored, ids), nq, len, kk).await?;
     let bytes = gpu
         .submit_and_read(enc, &best, 0, (nq * kk) as u64 * CAND_BYTES)
         .await?;
-    gpu.recycle([wide]);
+    gpu.recycle([scored]);
     Ok(decode(&bytes, nq, kk, k))
 }
 
-/// Entries a query's probes cover (the wide path's places per query: the
-/// most of any query), at least 1.
+/// Entries a query's probes cover (the places per query of the scans'
+/// output: the most of any query), at least 1.
 fn probed_entries(res: &ResidentLists, probes: &[Vec<Probe>]) -> usize {
     probes
         .iter()
@@ -158,52 +119,20 @@ fn probe_words(res: &ResidentLists, probes: &[Vec<Probe>], nprobe: usize) -> Vec
     pr
 }
 
-/// Bytes per query of a scan's output (wide: `places` pairs and the
-/// selection's segment lists; lists: `lists` per-thread lists), for
-/// [`Gpu::queries_per_batch`].
-fn wide_or_lists(keep: Keep, places: usize, lists: usize, gpu: &Gpu) -> Vec<u64> {
-    match keep {
-        Keep::Wide(kk) => {
-            let segs = places.div_ceil(crate::topk::seg_len(gpu)) as u64;
-            vec![places as u64 * 8, segs * kk as u64 * CAND_BYTES]
-        }
-        Keep::Lists(kk) => vec![(lists * kk) as u64 * CAND_BYTES],
+/// Slots of the best-`k` lists (no more than exact search sorts and
+/// merges).
+fn keep(k: usize) -> Result<usize> {
+    if k > MAX_EXACT_K {
+        return Err(GpuError::Unsupported(format!("k = {k} > {MAX_EXACT_K}")));
     }
+    Ok(k.max(1))
 }
 
-/// A scan's output buffer for `nq` queries: `places` pairs each (wide;
-/// scratch, every place is written) or `lists` lists of K slots each.
-fn scan_output(gpu: &Gpu, keep: Keep, nq: usize, places: usize, lists: usize) -> wgpu::Buffer {
-    match keep {
-        Keep::Wide(_) => gpu.scratch("scan pairs", (nq * places) as u64 * 8),
-        Keep::Lists(kk) => gpu.zeroed("partial", (nq * lists * kk) as u64 * CAND_BYTES),
-    }
-}
-
-/// The bindings of a scan's output: `wide` (pq.wgsl binding 13), or
-/// `out_top` (8) and the ids its lists read to break ties (6).
-fn outputs<'a>(keep: Keep, out: &'a wgpu::Buffer, ids: &'a wgpu::Buffer) -> Vec<(u32, &'a wgpu::Buffer)> {
-    if keep.wide() {
-        vec![(13, out)]
-    } else {
-        vec![(8, out), (6, ids)]
-    }
-}
-
-/// A batch's end: the wide selection ([`finish_wide`]) or the fold of the
-/// per-thread lists ([`finish_batch`]); `(nq, places, lists)`.
-async fn finish_scan(
-    gpu: &Gpu,
-    enc: wgpu::CommandEncoder,
-    keep: Keep,
-    (out, ids): (wgpu::Buffer, &wgpu::Buffer),
-    (nq, places, lists): (usize, usize, usize),
-    k: usize,
-) -> Result<Vec<Vec<Cand>>> {
-    match keep {
-        Keep::Wide(kk) => finish_wide(gpu, enc, (out, ids), (nq, places), kk, k).await,
-        Keep::Lists(kk) => finish_batch(gpu, enc, out, nq, lists, kk, k).await,
-    }
+/// Bytes per query of a scan's output (`places` pairs) and of its
+/// selection's segment lists, for [`Gpu::queries_per_batch`].
+fn output_bytes(gpu: &Gpu, places: usize, kk: usize) -> [u64; 2] {
+    let segs = places.div_ceil(seg_len(gpu)) as u64;
+    [places as u64 * 8, segs * kk as u64 * CAND_BYTES]
 }
 
 impl GpuState {
@@ -236,7 +165,7 @@ impl GpuState {
     pub(crate) async fn adc_top_k(&mut self, parts: &IvfParts<'_>, plan: &IvfPlan, k: usize) -> Result<Vec<Vec<Cand>>> {
         let (queries, probes, lists, ids, alive) = (&plan.rotated, &plan.probes, &parts.lists, parts.ids, parts.alive);
         let pq = parts.books;
-        let keep = Keep::of(k)?;
+        let kk = keep(k)?;
         let (m, d) = (pq.m(), pq.dim());
         let nq = probes.len();
         // Ids are keyed like the lists (one row table serves both).
@@ -250,11 +179,10 @@ impl GpuState {
         )?;
         let table = table_placement(gpu, self.table, m);
         let (decl, fill) = lut_source(table);
-        let c = consts(keep.kernel_k(), m, pq.dsub(), false, 1);
+        let c = consts(m, pq.dsub(), false, 1);
         let replace = [("LUT_DECL", decl), ("LUT_FILL", fill)];
-        let entry = if keep.wide() { "adc_wide" } else { "adc" };
         let adc = gpu
-            .pipeline(wgsl::PQ, entry, &c, &replace, table == Table::SharedF16)
+            .pipeline(wgsl::PQ, "adc", &c, &replace, table == Table::SharedF16)
             .await?;
         let tables = match table {
             Table::Global => Some(gpu.pipeline(wgsl::PQ, "tables", &c, &replace, false).await?),
@@ -263,11 +191,10 @@ impl GpuState {
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
         let dummy = gpu.zeroed("unused", 16);
-        let places = if keep.wide() { probed_entries(res, probes) } else { 0 };
-        let per_query = wide_or_lists(keep, places, WG, gpu);
+        let places = probed_entries(res, probes);
         let table_bytes = (m * 256 * 4) as u64;
         let mut sizes = vec![table_bytes, nprobe as u64 * 16];
-        sizes.extend(per_query);
+        sizes.extend(output_bytes(gpu, places, kk));
         let nb_max = gpu.queries_per_batch(&sizes);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
@@ -276,7 +203,8 @@ impl GpuState {
             let pr = probe_words(res, &probes[q0..q0 + nb], nprobe);
             let qbuf = gpu.storage("queries", bytemuck::cast_slice(&queries[q0 * d..(q0 + nb) * d]));
             let pbuf = gpu.storage("probes", bytemuck::cast_slice(&pr));
-            let out_buf = scan_output(gpu, keep, nb, places, WG);
+            // Scratch: every place is written.
+            let scored = gpu.scratch("scored entries", (nb * places) as u64 * 8);
             let gtab = match table {
                 Table::Global => gpu.zeroed("tables", nb as u64 * table_bytes),
                 _ => dummy.clone(),
@@ -306,8 +234,8 @@ impl GpuState {
                 (4, &res.rows),
                 (5, &pbuf),
                 (7, &alive_buf),
+                (13, &scored),
             ];
-            entries.extend(outputs(keep, &out_buf, &ids_buf));
             match table {
                 Table::Global => entries.push((9, &gtab)),
                 _ => {
@@ -317,7 +245,7 @@ impl GpuState {
             }
             let bind = gpu.bind(&adc, &entries);
             gpu.dispatch(&mut enc, &adc, &bind, (nb as u32, 1));
-            out.extend(finish_scan(gpu, enc, keep, (out_buf, &ids_buf), (nb, places, WG), k).await?);
+            out.extend(finish(gpu, enc, (scored, &ids_buf), (nb, places), kk, k).await?);
             q0 += nb;
         }
         Ok(out)
@@ -335,7 +263,7 @@ impl GpuState {
     ) -> Result<Vec<Vec<Cand>>> {
         let (probes, lists, ids, alive) = (&plan.probes, &parts.lists, parts.ids, parts.alive);
         let m = parts.books.m();
-        let keep = Keep::of(k)?;
+        let kk = keep(k)?;
         let m2 = padded_m(m);
         let fw = 4 * m2;
         let nq = probes.len().min(tables.len());
@@ -352,16 +280,14 @@ impl GpuState {
             |r| Ok(r.sync(gpu, lists, Layout::Packed)),
             || ResidentLists::new(gpu, lists, Layout::Packed),
         )?;
-        let c = consts(keep.kernel_k(), m2, 1, false, fw);
+        let c = consts(m2, 1, false, fw);
         let replace = [("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())];
-        let entry = if keep.wide() { "fastscan_wide" } else { "fastscan" };
-        let pipe = gpu.pipeline(wgsl::PQ, entry, &c, &replace, false).await?;
+        let pipe = gpu.pipeline(wgsl::PQ, "fastscan", &c, &replace, false).await?;
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
-        let unused = gpu.zeroed("unused", 16);
-        let places = if keep.wide() { probed_entries(res, probes) } else { 0 };
+        let places = probed_entries(res, probes);
         let mut sizes = vec![(fw + 4) as u64 * 4, nprobe as u64 * 16];
-        sizes.extend(wide_or_lists(keep, places, WG, gpu));
+        sizes.extend(output_bytes(gpu, places, kk));
         let nb_max = gpu.queries_per_batch(&sizes);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
@@ -379,7 +305,8 @@ impl GpuState {
             }
             let lbuf = gpu.storage("fast-scan tables", bytemuck::cast_slice(&luts));
             let pbuf = gpu.storage("probes", bytemuck::cast_slice(&pr));
-            let out_buf = scan_output(gpu, keep, nb, places, WG);
+            // Scratch: every place is written.
+            let scored = gpu.scratch("scored entries", (nb * places) as u64 * 8);
             let params = gpu.uniform(&words(&[
                 nb as u32,
                 0,
@@ -395,25 +322,18 @@ impl GpuState {
                 0,
             ]));
             let mut enc = gpu.encoder();
-            let mut entries = vec![
+            let entries = [
                 (0, &params),
                 (3, &res.codes),
                 (4, &res.rows),
                 (5, &pbuf),
                 (7, &alive_buf),
                 (12, &lbuf),
+                (13, &scored),
             ];
-            entries.extend(outputs(keep, &out_buf, &ids_buf));
-            // Both variants share `fs_scan`, which names the other's
-            // bindings too (ids for the lists' ties, `wide`).
-            if keep.wide() {
-                entries.push((6, &ids_buf));
-            } else {
-                entries.push((13, &unused));
-            }
             let bind = gpu.bind(&pipe, &entries);
             gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
-            out.extend(finish_scan(gpu, enc, keep, (out_buf, &ids_buf), (nb, places, WG), k).await?);
+            out.extend(finish(gpu, enc, (scored, &ids_buf), (nb, places), kk, k).await?);
             q0 += nb;
         }
         Ok(out)
@@ -428,7 +348,7 @@ impl GpuState {
         candidates: &[Vec<u32>],
         k: usize,
     ) -> Result<Vec<Vec<Cand>>> {
-        let keep = Keep::of(k)?;
+        let kk = keep(k)?;
         let d = store.rows.dim();
         let nq = candidates.len();
         let ids_buf = self.ids_buffer(store.uid, store.epoch, ids)?;
@@ -444,16 +364,15 @@ impl GpuState {
         let pipe = gpu
             .pipeline(
                 wgsl::PQ,
-                if keep.wide() { "rerank_wide" } else { "rerank" },
-                &consts(keep.kernel_k(), 4, 1, res.f16, 1),
+                "rerank",
+                &consts(4, 1, res.f16, 1),
                 &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
                 false,
             )
             .await?;
         let ncand = candidates.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let lists = nchunks * WG;
         let mut sizes = vec![ncand as u64 * 4, d as u64 * 4];
-        sizes.extend(wide_or_lists(keep, ncand, lists, gpu));
+        sizes.extend(output_bytes(gpu, ncand, kk));
         let nb_max = gpu.queries_per_batch(&sizes);
         let mut out = Vec::with_capacity(nq);
         let mut q0 = 0;
@@ -465,7 +384,9 @@ impl GpuState {
             }
             let qbuf = gpu.storage("queries", bytemuck::cast_slice(&queries[q0 * d..(q0 + nb) * d]));
             let cbuf = gpu.storage("candidates", bytemuck::cast_slice(&cands));
-            let out_buf = scan_output(gpu, keep, nb, ncand, lists);
+            // Scratch: every place is written (the first chunk's dispatch
+            // writes the unused ones).
+            let scored = gpu.scratch("scored candidates", (nb * ncand) as u64 * 8);
             let mut enc = gpu.encoder();
             for c in 0..nchunks {
                 let row0 = c * chunk_rows;
@@ -478,18 +399,25 @@ impl GpuState {
                     ncand as u32,
                     row0 as u32,
                     nrows as u32,
-                    (c * WG) as u32,
-                    lists as u32,
+                    0,
+                    0,
                     res.words as u32,
                     0,
                     0,
                 ]));
-                let mut entries = vec![(0, &params), (1, &qbuf), (10, res.vecs.chunk(c)), (11, &cbuf)];
-                entries.extend(outputs(keep, &out_buf, &ids_buf));
-                let bind = gpu.bind(&pipe, &entries);
+                let bind = gpu.bind(
+                    &pipe,
+                    &[
+                        (0, &params),
+                        (1, &qbuf),
+                        (10, res.vecs.chunk(c)),
+                        (11, &cbuf),
+                        (13, &scored),
+                    ],
+                );
                 gpu.dispatch(&mut enc, &pipe, &bind, (nb as u32, 1));
             }
-            out.extend(finish_scan(gpu, enc, keep, (out_buf, &ids_buf), (nb, ncand, lists), k).await?);
+            out.extend(finish(gpu, enc, (scored, &ids_buf), (nb, ncand), kk, k).await?);
             q0 += nb;
         }
         Ok(out)

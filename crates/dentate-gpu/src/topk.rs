@@ -11,13 +11,8 @@ use dentate_core::simd::PANEL;
 use dentate_core::topk::Cand;
 use std::sync::Arc;
 
-/// Largest top-k list the PQ scans and the re-rank keep per thread; above
-/// it (up to [`MAX_EXACT_K`]) they keep no lists and select like exact
-/// search.
-pub const MAX_K: usize = 128;
-/// Largest `k` of exact search (and of the PQ scans' wide path) on the
-/// device: its lists are sorted per segment and merged, with no
-/// per-thread list.
+/// Largest `k` on the device (exact search, the PQ scans, the re-rank):
+/// lists are sorted per segment and merged, with no per-thread list.
 pub const MAX_EXACT_K: usize = 4096;
 /// Bytes of one candidate (`Cand` in the shaders: score, row, id lo, id hi).
 pub(crate) const CAND_BYTES: u64 = 16;
@@ -37,40 +32,6 @@ pub(crate) fn seg_len(gpu: &Gpu) -> usize {
         seg /= 2;
     }
     seg
-}
-
-/// How the PQ scans and the re-rank keep their best `k`: per-thread lists
-/// of `Lists(slots)` (k up to [`MAX_K`]), or no lists and a selection over
-/// every scored entry (`Wide(k)`, up to [`MAX_EXACT_K`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Keep {
-    Lists(usize),
-    Wide(usize),
-}
-
-impl Keep {
-    pub fn of(k: usize) -> Result<Keep> {
-        if k > MAX_EXACT_K {
-            Err(GpuError::Unsupported(format!("k = {k} > {MAX_EXACT_K}")))
-        } else if k > MAX_K {
-            Ok(Keep::Wide(k))
-        } else {
-            Ok(Keep::Lists(k.max(1).next_power_of_two()))
-        }
-    }
-
-    pub fn wide(self) -> bool {
-        matches!(self, Keep::Wide(_))
-    }
-
-    /// The `K` constant of the scan kernels (the wide ones keep no lists and
-    /// are built with 1).
-    pub fn kernel_k(self) -> usize {
-        match self {
-            Keep::Lists(kk) => kk,
-            Keep::Wide(_) => 1,
-        }
-    }
 }
 
 /// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that

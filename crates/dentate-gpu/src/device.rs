@@ -526,11 +526,25 @@ impl Gpu {
     /// to the host and waits for them.
     pub async fn submit_and_read(
         &self,
-        mut enc: wgpu::CommandEncoder,
+        enc: wgpu::CommandEncoder,
         buf: &wgpu::Buffer,
         offset: u64,
         size: u64,
     ) -> Result<Vec<u8>> {
+        self.submit_read(enc, buf, offset, size)?.read(self).await
+    }
+
+    /// Submits `enc` with a copy of `size` bytes of `buf` from `offset`
+    /// into a read-back buffer, and returns without waiting: the host can
+    /// record the next batch while the device runs this one; then
+    /// [`ReadBack::read`].
+    pub fn submit_read(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        buf: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<ReadBack> {
         let size4 = size.next_multiple_of(4).max(4);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("read-back"),
@@ -540,23 +554,20 @@ impl Gpu {
         });
         enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size4);
         let stamps = self.resolve_timestamps(&mut enc)?;
-        self.queue.submit([enc.finish()]);
-        let out_rx = map_read(&staging);
+        let _submission = self.queue.submit([enc.finish()]);
+        let rx = map_read(&staging);
         let stamps = stamps.map(|(b, kernels)| {
             let rx = map_read(&b);
             (b, rx, kernels)
         });
-        // Natively the callbacks run inside poll (one wait serves both
-        // buffers); in the browser the event loop runs them and the awaits
-        // below yield to it.
-        #[cfg(not(target_arch = "wasm32"))]
-        self.wait(None)?;
-        let out = take_mapped(&staging, out_rx, size as usize).await?;
-        if let Some((b, rx, kernels)) = stamps {
-            let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&take_mapped(&b, rx, b.size() as usize).await?);
-            self.add_timestamps(&ticks, kernels)?;
-        }
-        Ok(out)
+        Ok(ReadBack {
+            staging,
+            rx,
+            len: size as usize,
+            stamps,
+            #[cfg(not(target_arch = "wasm32"))]
+            submission: _submission,
+        })
     }
 
     /// Resolves the pending timestamp pairs into a mappable buffer.
@@ -630,6 +641,34 @@ fn map_read(buf: &wgpu::Buffer) -> Mapped {
         let _ = tx.send(r);
     });
     rx
+}
+
+/// A read-back in flight ([`Gpu::submit_read`]).
+pub(crate) struct ReadBack {
+    staging: wgpu::Buffer,
+    rx: Mapped,
+    len: usize,
+    stamps: Option<(wgpu::Buffer, Mapped, Vec<String>)>,
+    #[cfg(not(target_arch = "wasm32"))]
+    submission: wgpu::SubmissionIndex,
+}
+
+impl ReadBack {
+    /// Waits for this submission alone (natively: not for later ones, which
+    /// keep the device busy) and returns the bytes.
+    pub async fn read(self, gpu: &Gpu) -> Result<Vec<u8>> {
+        // Natively the callbacks run inside poll (one wait serves both
+        // buffers); in the browser the event loop runs them and the awaits
+        // below yield to it.
+        #[cfg(not(target_arch = "wasm32"))]
+        gpu.wait(Some(self.submission))?;
+        let out = take_mapped(&self.staging, self.rx, self.len).await?;
+        if let Some((b, rx, kernels)) = self.stamps {
+            let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&take_mapped(&b, rx, b.size() as usize).await?);
+            gpu.add_timestamps(&ticks, kernels)?;
+        }
+        Ok(out)
+    }
 }
 
 /// The first `len` bytes of `buf` once `mapped` answers; unmaps it.

@@ -298,6 +298,7 @@ impl GpuState {
         let sel = exact_pipeline(gpu, "segsel", 1, false).await?;
         let survsel = exact_pipeline(gpu, "survsel", 1, false).await?;
         let mut out = Vec::with_capacity(nq);
+        let mut in_flight = None;
         let mut q0 = 0;
         while q0 < nq {
             let b = batch(
@@ -449,12 +450,19 @@ impl GpuState {
                     blk0 += blk_rows;
                 }
             }
-            let bytes = gpu
-                .submit_and_read(enc, &best.cands, 0, (nb * kk) as u64 * CAND_BYTES)
-                .await?;
-            out.extend(decode(&bytes, nb, kk, k));
-            gpu.recycle([scores, partial_cands, surv]);
+            // The next batch is recorded while the device runs this one;
+            // its read-back (and the pool's copy of its scratch) waits
+            // until then.
+            let read = gpu.submit_read(enc, &best.cands, 0, (nb * kk) as u64 * CAND_BYTES)?;
+            if let Some((prev, prev_nb, scratch)) = in_flight.replace((read, nb, [scores, partial_cands, surv])) {
+                out.extend(decode(&prev.read(gpu).await?, prev_nb, kk, k));
+                gpu.recycle(scratch);
+            }
             q0 += nb;
+        }
+        if let Some((last, last_nb, scratch)) = in_flight {
+            out.extend(decode(&last.read(gpu).await?, last_nb, kk, k));
+            gpu.recycle(scratch);
         }
         Ok(out)
     }

@@ -589,9 +589,9 @@ fn select_best(li: u32, n: u32, q: u32, list: u32) {
 
 // Query wg.y (dispatch-local), segment wg.x of the block's scores in
 // `out_mat` (row stride P.stride), or of its pairs in `surv` (flag 16),
-// into list wg.x. With flag 8 (the block
-// came from `gemm_keep`) a query whose survivors all fit in SEG slots is
-// left to `survsel`: its segments' lists stay empty.
+// into list wg.x. With flag 8 (the block came from `gemm_keep`) a query
+// whose survivors all fit in SEG slots is left to `survsel`: its
+// segments' lists stay empty.
 @compute @workgroup_size(256)
 fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let q = wg.y;

@@ -36,7 +36,7 @@ pub(crate) fn seg_len(gpu: &Gpu) -> usize {
 
 /// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that
 /// many queries). An 8 × 8 register tile (16 floats of workgroup memory
-/// per 64 multiply-adds) ran 1.27× slower than this 4 × 8 one on an H200
+/// per 64 multiply-adds) ran 1.28× slower than this 4 × 8 one on an H200
 /// (BENCHMARKS.md, "Survivors instead of a second pass").
 pub(crate) fn queries_per_thread(nq: usize) -> usize {
     if nq >= 48 { 4 } else { 1 }
@@ -214,19 +214,7 @@ pub(crate) async fn select_pairs(
     let threshold = gpu.zeroed("thresholds", nq as u64 * 4);
     // Bindings `segsel` declares but does not read in this mode.
     let (scores, kept) = (gpu.zeroed("unused", 16), gpu.zeroed("unused", 16));
-    let bind = gpu.bind(
-        &sel,
-        &[
-            (0, &params),
-            (3, ids),
-            (6, &partial.cands),
-            (7, &scores),
-            (11, &partial.lens),
-            (12, &threshold),
-            (18, pairs),
-            (19, &kept),
-        ],
-    );
+    let bind = bind_select(gpu, &sel, (&params, ids), &partial, [&scores, &threshold, pairs, &kept]);
     gpu.dispatch(enc, &sel, &bind, (segs as u32, nq as u32));
     let folded = merger.fold(enc, partial);
     let out = Lists {
@@ -243,6 +231,32 @@ pub(crate) async fn select_pairs(
     };
     merger.pass(enc, (&folded, &none, &out), (0, 0, 0), true);
     Ok(out.cands)
+}
+
+/// A bind group of `segsel` or `survsel` (the bindings they share):
+/// `params` and the ids (`Params`, `ids`), the lists they write (`out`),
+/// and `[block scores, thresholds, survivors or scored pairs, survivor
+/// counts]`.
+fn bind_select(
+    gpu: &Gpu,
+    pipe: &Kernel,
+    (params, ids): (&wgpu::Buffer, &wgpu::Buffer),
+    out: &Lists,
+    [scores, threshold, pairs, kept]: [&wgpu::Buffer; 4],
+) -> wgpu::BindGroup {
+    gpu.bind(
+        pipe,
+        &[
+            (0, params),
+            (3, ids),
+            (6, &out.cands),
+            (7, scores),
+            (11, &out.lens),
+            (12, threshold),
+            (18, pairs),
+            (19, kept),
+        ],
+    )
 }
 
 /// How a batch of exact search is cut: `nb` queries, blocks of `rows`
@@ -412,19 +426,7 @@ impl GpuState {
                         record_gemm(gpu, &mut enc, &gemm, &params, inputs, &scores, grid, &[]);
                     }
                     let select = |pipe: &Kernel, out: &Lists| {
-                        gpu.bind(
-                            pipe,
-                            &[
-                                (0, &params),
-                                (3, ids),
-                                (6, &out.cands),
-                                (7, &scores),
-                                (11, &out.lens),
-                                (12, &threshold),
-                                (18, &surv),
-                                (19, &kept),
-                            ],
-                        )
+                        bind_select(gpu, pipe, (&params, ids), out, [&scores, &threshold, &surv, &kept])
                     };
                     let partial = Lists {
                         cands: partial_cands.clone(),

@@ -5,13 +5,16 @@
 //   TQ   queries per thread of `gemm` (1 or 4): a tile is 16·TQ queries × 128 rows
 //   F16  base stored as f16 pairs in u32 words (unpacked to f32), else f32
 //   SEG  scores per `segsel` segment (1,024 to 4,096, by workgroup memory)
+//   BK   dimensions per slab of `gemm` (16 or 32)
+//   PF   `gemm` loads the next slab while it multiplies this one
 //
-// `gemm` computes a tile of queries × rows per workgroup. Slabs of 16
+// `gemm` computes a tile of queries × rows per workgroup. Slabs of BK
 // dimensions of both operands are staged in workgroup memory; each of the
 // 256 threads keeps a register tile of TQ queries × 8 rows, so a step reads
 // (TQ + 8) floats from workgroup memory for 8·TQ multiply-adds. Base rows
 // are in the core's panel layout (16 rows per panel, dimension-major inside
-// a panel): the 16 × 16 values of a panel's slab are 64 consecutive vec4s.
+// a panel): the 16 rows × BK dimensions of a panel's slab are 4·BK
+// consecutive vec4s.
 // The scores of a block of rows go to a score buffer (or, for score
 // matrices, straight to the output).
 //
@@ -40,7 +43,6 @@
 // in front.
 
 const BR: u32 = 128u;
-const BK: u32 = 16u;
 const BQ: u32 = 16u * TQ;
 
 struct Params {
@@ -98,60 +100,120 @@ fn is_alive(local: u32) -> bool {
     return ((alive[local / 32u] >> (local % 32u)) & 1u) == 1u;
 }
 
-// Stages dimensions k0..k0+16 of the tile's 128 rows (8 panels from panel
-// p0) and of its BQ queries (from dispatch-local query tq0).
-fn stage(li: u32, k0: u32, p0: u32, tq0: u32) {
+// One thread's share of a slab (dimensions k0..k0+BK of the tile's 128
+// rows and BQ queries), held in registers from the global loads to the
+// store into workgroup memory. f32 base: BK/8 vec4s of it in b0..b3; f16
+// base: BK/16 raw vec4<u32>s (bit-cast, unpacked at the store) in b0, b1.
+// Named fields, not an array, so no compiler keeps them in memory.
+struct Slab {
+    b0: vec4<f32>,
+    b1: vec4<f32>,
+    b2: vec4<f32>,
+    b3: vec4<f32>,
+    q0: vec4<f32>,
+    q1: vec4<f32>,
+}
+
+// Panel (of the tile's 8), dimension within the slab and first lane of
+// f32 vec4 number `v` of a slab (16 rows × BK dims = 4·BK vec4 per panel).
+fn f32_place(v: u32) -> vec3<u32> {
+    let w = v % (4u * BK);
+    return vec3<u32>(v / (4u * BK), w / 4u, (w % 4u) * 4u);
+}
+
+// The same for the f16 base's vec4<u32> number `v` (8 halves each, 2·BK
+// per panel).
+fn f16_place(v: u32) -> vec3<u32> {
+    let w = v % (2u * BK);
+    return vec3<u32>(v / (2u * BK), w / 2u, (w % 2u) * 8u);
+}
+
+// The base words of vec4 number `v` (zero past the chunk's panels or the
+// dimension).
+fn load_base(v: u32, k0: u32, p0: u32) -> vec4<f32> {
     let npanels = (P.n + 15u) / 16u;
+    var s = f32_place(v);
+    var per = 4u;
     if F16 {
-        // 16 dims × 16 lanes = 256 halves = 32 vec4<u32> per panel.
-        let pp = li / 32u;
-        let w = li % 32u;
-        let kk = w / 2u;
-        let lane0 = (w % 2u) * 8u;
-        let j = k0 + kk;
-        var a = vec4<f32>(0.0);
-        var b = vec4<f32>(0.0);
-        if p0 + pp < npanels && j < P.d {
-            let v = base[((p0 + pp) * 16u * P.d + j * 16u + lane0) / 8u];
-            a = vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));
-            b = vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w));
-        }
-        let o = kk * (BR / 4u) + pp * 4u + lane0 / 4u;
-        bs[o] = a;
-        bs[o + 1u] = b;
+        s = f16_place(v);
+        per = 8u;
+    }
+    let j = k0 + s.y;
+    if p0 + s.x < npanels && j < P.d {
+        return bitcast<vec4<f32>>(base[((p0 + s.x) * 16u * P.d + j * 16u + s.z) / per]);
+    }
+    return vec4<f32>(0.0);
+}
+
+fn store_base(v: u32, x: vec4<f32>) {
+    if F16 {
+        let s = f16_place(v);
+        let u = bitcast<vec4<u32>>(x);
+        let o = s.y * (BR / 4u) + s.x * 4u + s.z / 4u;
+        bs[o] = vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y));
+        bs[o + 1u] = vec4<f32>(unpack2x16float(u.z), unpack2x16float(u.w));
     } else {
-        // 64 vec4 per panel, 512 in all: two per thread.
-        for (var t = 0u; t < 2u; t += 1u) {
-            let v = li + t * 256u;
-            let pp = v / 64u;
-            let w = v % 64u;
-            let kk = w / 4u;
-            let lane0 = (w % 4u) * 4u;
-            let j = k0 + kk;
-            var x = vec4<f32>(0.0);
-            if p0 + pp < npanels && j < P.d {
-                x = bitcast<vec4<f32>>(base[((p0 + pp) * 16u * P.d + j * 16u + lane0) / 4u]);
+        let s = f32_place(v);
+        bs[s.y * (BR / 4u) + s.x * 4u + s.z / 4u] = x;
+    }
+}
+
+// Queries as [dim][query / 4]: vec4 `v` is dimension v / (BQ/4) of
+// queries 4·(v % (BQ/4)).. (from dispatch-local query tq0).
+fn load_queries(v: u32, k0: u32, tq0: u32) -> vec4<f32> {
+    var x = vec4<f32>(0.0);
+    let kk = v / (BQ / 4u);
+    let q4 = (v % (BQ / 4u)) * 4u;
+    let j = k0 + kk;
+    if v < BK * BQ / 4u && j < P.d {
+        let jv = j / 4u;
+        let jc = j % 4u;
+        for (var e = 0u; e < 4u; e += 1u) {
+            if tq0 + q4 + e < P.nq {
+                x[e] = queries[(P.q0 + tq0 + q4 + e) * P.dp4 + jv][jc];
             }
-            bs[kk * (BR / 4u) + pp * 4u + lane0 / 4u] = x;
         }
     }
-    // Queries as [dim][query / 4]: thread v stages dimension v / (BQ/4) of
-    // queries 4·(v % (BQ/4)).. as one vec4.
-    for (var v = li; v < BK * BQ / 4u; v += 256u) {
-        let kk = v / (BQ / 4u);
-        let q4 = (v % (BQ / 4u)) * 4u;
-        let j = k0 + kk;
-        var x = vec4<f32>(0.0);
-        if j < P.d {
-            let jv = j / 4u;
-            let jc = j % 4u;
-            for (var e = 0u; e < 4u; e += 1u) {
-                if tq0 + q4 + e < P.nq {
-                    x[e] = queries[(P.q0 + tq0 + q4 + e) * P.dp4 + jv][jc];
-                }
-            }
-        }
+    return x;
+}
+
+fn store_queries(v: u32, x: vec4<f32>) {
+    if v < BK * BQ / 4u {
         qs[v] = x;
+    }
+}
+
+// Thread li's share of the slab at dimension k0 (rows from panel p0).
+fn fetch(li: u32, k0: u32, p0: u32, tq0: u32) -> Slab {
+    var s = Slab(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    s.b0 = load_base(li, k0, p0);
+    if !F16 || BK == 32u {
+        s.b1 = load_base(li + 256u, k0, p0);
+    }
+    if !F16 && BK == 32u {
+        s.b2 = load_base(li + 512u, k0, p0);
+        s.b3 = load_base(li + 768u, k0, p0);
+    }
+    s.q0 = load_queries(li, k0, tq0);
+    if BK * BQ / 4u > 256u {
+        s.q1 = load_queries(li + 256u, k0, tq0);
+    }
+    return s;
+}
+
+// Stores thread li's share of a slab into workgroup memory.
+fn put(li: u32, s: Slab) {
+    store_base(li, s.b0);
+    if !F16 || BK == 32u {
+        store_base(li + 256u, s.b1);
+    }
+    if !F16 && BK == 32u {
+        store_base(li + 512u, s.b2);
+        store_base(li + 768u, s.b3);
+    }
+    store_queries(li, s.q0);
+    if BK * BQ / 4u > 256u {
+        store_queries(li + 256u, s.q1);
     }
 }
 
@@ -238,9 +300,21 @@ fn tile(li: u32, wg: vec3<u32>) -> Tile {
     var c5 = vec4<f32>(0.0);
     var c6 = vec4<f32>(0.0);
     var c7 = vec4<f32>(0.0);
+    // With PF the next slab's global loads are issued before this slab's
+    // multiply-adds, so their latency hides behind them.
+    var slab: Slab;
+    if PF {
+        slab = fetch(li, 0u, tile_r / 16u, tq0);
+    }
     for (var k0 = 0u; k0 < P.d; k0 += BK) {
-        stage(li, k0, tile_r / 16u, tq0);
+        if !PF {
+            slab = fetch(li, k0, tile_r / 16u, tq0);
+        }
+        put(li, slab);
         workgroupBarrier();
+        if PF && k0 + BK < P.d {
+            slab = fetch(li, k0 + BK, tile_r / 16u, tq0);
+        }
         for (var kk = 0u; kk < BK; kk += 1u) {
             let b0 = bs[kk * (BR / 4u) + tr];
             let b1 = bs[kk * (BR / 4u) + 16u + tr];

@@ -817,3 +817,73 @@ fn gpu_falls_back_beyond_its_kernels() {
     assert_eq!(got, want);
     assert_eq!(g.fallbacks(), 1);
 }
+
+/// The tombstones go to the device once per state of the bits: a repeated
+/// search sends none of them, a search after a delete sends them again and
+/// no longer finds the deleted row.
+#[test]
+fn gpu_tombstones_cached_by_generation() {
+    let Some(g) = open_gpu(GpuOptions {
+        allow_software: true,
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    let (dim, n) = (8, 64_000);
+    let data = synth(n, dim, 16, 21);
+    let ids: Vec<u64> = (0..n as u64).collect();
+    let mut idx = FlatIndex::with_precision(dim, Precision::F32);
+    idx.add(&ids, &data).unwrap();
+    idx.remove(&[5]);
+    let q = &data[100 * dim..101 * dim];
+    let search = |idx: &FlatIndex| {
+        let before = g.uploaded_bytes();
+        let r = g.top_k(q, idx.base(), 10);
+        (r, g.uploaded_bytes() - before)
+    };
+    let (first, sent_first) = search(&idx);
+    let (again, sent_again) = search(&idx);
+    let words = (n.div_ceil(64) * 8) as u64;
+    assert!(
+        sent_first >= (n * dim * 4) as u64 + words,
+        "the first search sends base and tombstones"
+    );
+    assert_eq!(first, again);
+    assert!(
+        sent_again < words,
+        "a repeated search sent {sent_again} bytes, the tombstones alone are {words}"
+    );
+    let top = first[0][0].id;
+    assert_eq!(top, 100, "the query's own row comes first");
+    idx.remove(&[top]);
+    let (after, sent_after) = search(&idx);
+    assert!(
+        sent_after >= sent_again + words,
+        "after a delete the tombstones are sent again ({sent_after} bytes)"
+    );
+    assert!(after[0].iter().all(|c| c.id != top), "the deleted row is gone");
+    assert_same(&after, &reference().top_k(q, idx.base(), 10), 1e-4, "after the delete");
+    assert_eq!(g.fallbacks(), 0);
+}
+
+/// Every shape of the exact-search GEMM gives the reference's answers:
+/// exact search (short and long, f32 and f16 bases), score matrices and
+/// k-means steps.
+#[test]
+fn gpu_gemm_shapes_agree() {
+    for shape in dentate::gpu::GemmShape::ALL {
+        let Some(g) = open_gpu(GpuOptions {
+            allow_software: true,
+            gemm: Some(shape),
+            ..GpuOptions::default()
+        }) else {
+            return;
+        };
+        eprintln!("GEMM shape {shape}");
+        cases::exact_top_k(g.clone());
+        cases::exact_top_k_long(g.clone());
+        cases::assign_and_matmul(g.clone());
+        cases::kmeans_step(g.clone());
+        assert_eq!(g.fallbacks(), 0, "shape {shape} fell back");
+    }
+}

@@ -572,13 +572,19 @@ pub(crate) fn info() {
             if a.driver.is_empty() { "-" } else { &a.driver }
         );
         println!(
-            "                      max storage binding {} MiB, workgroup memory {} KiB, {} invocations, SHADER_F16 {}",
+            "                      max storage binding {} MiB, workgroup memory {} KiB, {} invocations, SHADER_F16 {}, pipeline cache {}",
             a.max_storage_binding >> 20,
             a.max_workgroup_storage >> 10,
             a.max_invocations,
-            if a.shader_f16 { "yes" } else { "no" }
+            if a.shader_f16 { "yes" } else { "no" },
+            if a.pipeline_cache { "yes" } else { "no" }
         );
     }
+    let kept = dentate_gpu::pipeline_cache_dir().map_or_else(
+        || "off (DENTATE_GPU_PIPELINE_CACHE=off)".to_string(),
+        |d| format!("{} (Vulkan adapters; DENTATE_GPU_PIPELINE_CACHE)", d.display()),
+    );
+    println!("GPU pipeline cache:   {kept}");
     println!("threads:              {}", rayon::current_num_threads());
     println!("cache:                {}", dentate_embed::cache_dir().display());
     println!(

@@ -166,11 +166,43 @@ pub(crate) fn check_add(ids: &[u64], vectors: &[f32], dim: usize) -> Result<Vec<
 }
 
 /// A growable bitset; the engine uses it as the "alive" mask (tombstones).
+///
+/// Each state of its bits has a [`Bitset::generation`]: a number no other
+/// state of any bitset in the process shares (a clone shares it until
+/// either changes), so a backend can keep a device copy keyed on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Bitset {
     words: Vec<u64>,
     len: usize,
+    generation: Generation,
 }
+
+/// The generation of a [`Bitset`]'s bits: 0 until asked for after a change,
+/// then a fresh process-wide number. Ignored by equality.
+#[derive(Debug, Default)]
+struct Generation(std::sync::atomic::AtomicU64);
+
+impl Generation {
+    fn reset(&mut self) {
+        *self.0.get_mut() = 0;
+    }
+}
+
+impl Clone for Generation {
+    fn clone(&self) -> Self {
+        Generation(std::sync::atomic::AtomicU64::new(
+            self.0.load(std::sync::atomic::Ordering::Relaxed),
+        ))
+    }
+}
+
+impl PartialEq for Generation {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Generation {}
 
 impl Bitset {
     /// An empty bitset.
@@ -190,6 +222,7 @@ impl Bitset {
 
     /// Appends one bit.
     pub fn push(&mut self, bit: bool) {
+        self.generation.reset();
         if self.len.is_multiple_of(64) {
             self.words.push(0);
         }
@@ -208,6 +241,7 @@ impl Bitset {
     /// Sets bit `i` (ignored when out of range).
     pub fn set(&mut self, i: usize, bit: bool) {
         if i < self.len {
+            self.generation.reset();
             if bit {
                 self.words[i / 64] |= 1 << (i % 64);
             } else {
@@ -236,7 +270,27 @@ impl Bitset {
         {
             *last &= (1u64 << (len % 64)) - 1;
         }
-        Some(Bitset { words, len })
+        Some(Bitset {
+            words,
+            len,
+            generation: Generation::default(),
+        })
+    }
+
+    /// The generation of the bits as they are now: equal for two calls
+    /// exactly when no change came between (or for a clone of an unchanged
+    /// bitset); never 0, never shared with another state of any bitset.
+    pub fn generation(&self) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let g = self.generation.0.load(Relaxed);
+        if g != 0 {
+            return g;
+        }
+        let fresh = crate::views::new_uid();
+        match self.generation.0.compare_exchange(0, fresh, Relaxed, Relaxed) {
+            Ok(_) => fresh,
+            Err(other) => other,
+        }
     }
 }
 
@@ -296,5 +350,28 @@ mod tests {
         let c = Bitset::from_words(b.words().to_vec(), b.len()).unwrap();
         assert_eq!(b, c);
         assert!(Bitset::from_words(vec![0; 5], 130).is_none());
+    }
+
+    #[test]
+    fn bitset_generation_changes_with_the_bits() {
+        let mut b = Bitset::new();
+        b.push(true);
+        let g = b.generation();
+        assert_ne!(g, 0);
+        assert_eq!(b.generation(), g, "no change, same generation");
+        let c = b.clone();
+        assert_eq!(c.generation(), g, "an unchanged clone shares it");
+        b.set(0, false);
+        let g2 = b.generation();
+        assert_ne!(g2, g);
+        b.push(true);
+        assert_ne!(b.generation(), g2);
+        assert_eq!(c.generation(), g, "the clone keeps its own");
+        let mut d = c.clone();
+        d.set(0, true);
+        assert_ne!(d.generation(), g, "any set is a change, even of an equal bit");
+        let e = Bitset::from_words(c.words().to_vec(), c.len()).unwrap();
+        assert_ne!(e.generation(), g, "a rebuilt bitset is a new storage");
+        assert_ne!(e.generation(), d.generation());
     }
 }

@@ -7,7 +7,11 @@
 //! `gpu_kit --out results.json [--n 1000000] [--dim 384] [--ivf-n 200000]
 //! [--allow-software] [--exact-only]` (`--exact-only`: exact search alone,
 //! the CPU timed and compared on the first 100 queries only — a quick look
-//! at the GPU kernel, not the kit's full comparison). Exits 2 when the preflight refuses the adapter and
+//! at the GPU kernel, not the kit's full comparison; `--gemm-sweep`: 10,000
+//! queries, k 10, on a device opened once per `GemmShape`, each checked
+//! against the CPU on the first 100 queries, with the time to open the
+//! device and compile the exact-search kernels, which the pipeline cache
+//! shortens on a second run). Exits 2 when the preflight refuses the adapter and
 //! 3 when any GPU call fell back to the CPU (its time would not be a GPU
 //! time) or the GPU's exact ids differ from the CPU's.
 use dentate_core::data::{SynthConfig, clustered};
@@ -25,6 +29,7 @@ struct Args {
     ivf_n: usize,
     allow_software: bool,
     exact_only: bool,
+    gemm_sweep: bool,
 }
 
 fn args() -> Args {
@@ -35,6 +40,7 @@ fn args() -> Args {
         ivf_n: 200_000,
         allow_software: false,
         exact_only: false,
+        gemm_sweep: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -46,6 +52,7 @@ fn args() -> Args {
             "--ivf-n" => a.ivf_n = value().parse().unwrap_or_else(|_| fail(2, "--ivf-n: a number")),
             "--allow-software" => a.allow_software = true,
             "--exact-only" => a.exact_only = true,
+            "--gemm-sweep" => a.gemm_sweep = true,
             other => fail(2, &format!("unknown argument {other}")),
         }
     }
@@ -182,6 +189,12 @@ fn main() {
         uid: dentate_core::views::new_uid(),
         ..BaseRef::plain(&panels)
     };
+    if a.gemm_sweep {
+        drop(gpu);
+        let out = gemm_sweep(&a, out, &panels, queries, &mut bad);
+        finish(&a.out, out, &bad);
+        return;
+    }
     let t = Instant::now();
     std::hint::black_box(gpu.top_k(&queries[..d], base_ref, 10));
     eprintln!("upload + first call: {:.2} s", t.elapsed().as_secs_f64());
@@ -340,6 +353,60 @@ fn main() {
     }
     out.push(']');
     finish(&a.out, out, &bad);
+}
+
+/// Exact search of 10,000 queries (k 10) with each GEMM shape on a device
+/// of its own, as a JSON array `gemm_sweep` appended to `out`.
+fn gemm_sweep(a: &Args, mut out: String, panels: &Panels, queries: &[f32], bad: &mut Vec<String>) -> String {
+    use dentate_gpu::GemmShape;
+    let (n, d) = (panels.len(), panels.dim());
+    let (nq, k) = (10_000usize.min(queries.len() / d), 10);
+    let q = &queries[..nq * d];
+    let cpu = CpuCompute::default();
+    let base_ref = BaseRef {
+        uid: dentate_core::views::new_uid(),
+        ..BaseRef::plain(panels)
+    };
+    let want = cpu.top_k(&q[..100.min(nq) * d], base_ref, k);
+    // A small base: opening the device and compiling the kernels, not the
+    // upload, is what this times.
+    let small = Panels::from_rows(&queries[..1_024 * d], d, Precision::F32);
+    out.push_str(",\"gemm_sweep\":[");
+    for (i, shape) in GemmShape::ALL.into_iter().enumerate() {
+        let t = Instant::now();
+        let gpu = GpuCompute::with_options(GpuOptions {
+            allow_software: a.allow_software,
+            gemm: Some(shape),
+            ..GpuOptions::default()
+        })
+        .unwrap_or_else(|e| fail(2, &format!("preflight: {e}")));
+        std::hint::black_box(gpu.top_k(&q[..d], BaseRef::plain(&small), k));
+        let compile = t.elapsed().as_secs_f64();
+        let cache = gpu.pipeline_cache().map_or(0, |(_, bytes)| bytes);
+        std::hint::black_box(gpu.top_k(&q[..d], base_ref, k));
+        let tg = best(3, || gpu.top_k(q, base_ref, k));
+        let (dev_json, dev_log) = device(&gpu, 3, || gpu.top_k(q, base_ref, k));
+        let agree = agreement(&gpu.top_k(&q[..want.len() * d], base_ref, k), &want);
+        let fell = gpu.fallbacks();
+        let flop = 2.0 * nq as f64 * n as f64 * d as f64;
+        eprintln!(
+            "gemm {shape}: open + compile {compile:.3} s (pipeline cache {cache} bytes), exact nq={nq} k={k}: {:.2} ms ({:.1} TFLOP/s; {dev_log}), agreement {agree:.4}, fallbacks {fell}",
+            tg * 1e3,
+            flop / tg / 1e12
+        );
+        if fell > 0 || agree < 0.999 {
+            bad.push(format!("gemm {shape}"));
+        }
+        let _ = write!(
+            out,
+            "{}{{\"shape\":{},\"open_compile_s\":{compile:.4},\"pipeline_cache_bytes\":{cache},\"nq\":{nq},\"k\":{k},\"n\":{n},\"dim\":{d},\"gpu_s\":{tg:.6},\"gpu_tflops\":{:.3},\"agreement\":{agree:.5},\"fallbacks\":{fell}{dev_json}}}",
+            if i == 0 { "" } else { "," },
+            json_str(&shape.to_string()),
+            flop / tg / 1e12
+        );
+    }
+    out.push(']');
+    out
 }
 
 /// Writes the JSON object (closed with the failures) and exits 3 on any.

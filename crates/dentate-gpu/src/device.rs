@@ -3,6 +3,7 @@
 
 use crate::error::{GpuError, Result};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use wgpu::util::DeviceExt;
 
@@ -47,6 +48,9 @@ pub struct AdapterReport {
     pub max_workgroup_storage: u32,
     /// Invocations per workgroup.
     pub max_invocations: u32,
+    /// The driver's compiled kernels can be kept between runs
+    /// (`PIPELINE_CACHE`: Vulkan).
+    pub pipeline_cache: bool,
 }
 
 impl AdapterReport {
@@ -71,6 +75,7 @@ impl AdapterReport {
             max_storage_binding: limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,
             max_invocations: limits.max_compute_invocations_per_workgroup,
+            pipeline_cache: adapter.features().contains(wgpu::Features::PIPELINE_CACHE),
         }
     }
 }
@@ -180,12 +185,23 @@ pub(crate) struct Gpu {
     /// A lower cap on the bytes per binding than the adapter's (to exercise
     /// chunking on small data).
     pub binding_cap: Option<u64>,
+    /// The k-loop shape of the exact-search GEMM.
+    pub gemm: crate::GemmShape,
     pipelines: Mutex<HashMap<String, Arc<Kernel>>>,
     /// Timestamp queries are available (`TIMESTAMP_QUERY`).
     pub timestamps: bool,
     timer: Mutex<Option<Timer>>,
     /// Scratch buffers given back after use ([`Gpu::scratch`]).
     pool: Mutex<Vec<wgpu::Buffer>>,
+    /// Read-back buffers whose bytes were read ([`ReadBack::read`]).
+    readbacks: Mutex<Vec<wgpu::Buffer>>,
+    /// The driver's pipeline cache and its file, where the platform has
+    /// one ([`crate::pipecache`]).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub pipeline_cache: Option<crate::pipecache::PipelineCacheFile>,
+    /// Bytes sent from the host through [`Gpu::storage`], [`Gpu::upload`],
+    /// [`Gpu::uniform`] and [`Gpu::write`] since the device was opened.
+    uploaded: AtomicU64,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -195,8 +211,10 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
-    /// Opens `adapter` with its own limits and `SHADER_F16` when it has it.
-    pub async fn open(adapter: &wgpu::Adapter) -> Result<Gpu> {
+    /// Opens `adapter` with its own limits and `SHADER_F16` when it has
+    /// it, keeping its pipeline cache in `cache_dir` where the platform has
+    /// one (`None`: no cache; ignored in the browser).
+    pub async fn open(adapter: &wgpu::Adapter, cache_dir: Option<std::path::PathBuf>) -> Result<Gpu> {
         let report = AdapterReport::of(adapter);
         let f16 = report.shader_f16;
         let limits = adapter.limits();
@@ -207,6 +225,14 @@ impl Gpu {
         }
         if timestamps {
             features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        let cache_dir = cache_dir.filter(|_| adapter.features().contains(wgpu::Features::PIPELINE_CACHE));
+        #[cfg(target_arch = "wasm32")]
+        let _ = cache_dir;
+        #[cfg(not(target_arch = "wasm32"))]
+        if cache_dir.is_some() {
+            features |= wgpu::Features::PIPELINE_CACHE;
         }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -220,6 +246,9 @@ impl Gpu {
         // Errors are caught by error scopes around every operation; one that
         // escapes them is logged, never a panic.
         device.on_uncaptured_error(Arc::new(|e: wgpu::Error| log::error!("wgpu: {e}")));
+        #[cfg(not(target_arch = "wasm32"))]
+        let pipeline_cache =
+            cache_dir.and_then(|dir| crate::pipecache::PipelineCacheFile::open(&device, &adapter.get_info(), &dir));
         Ok(Gpu {
             device,
             queue,
@@ -227,11 +256,52 @@ impl Gpu {
             limits,
             f16,
             binding_cap: None,
+            gemm: crate::GemmShape::default(),
             pipelines: Mutex::new(HashMap::new()),
             timestamps,
             timer: Mutex::new(None),
             pool: Mutex::new(Vec::new()),
+            readbacks: Mutex::new(Vec::new()),
+            #[cfg(not(target_arch = "wasm32"))]
+            pipeline_cache,
+            uploaded: AtomicU64::new(0),
         })
+    }
+
+    /// The pipeline cache new pipelines are compiled into (marked as
+    /// changed, to be saved after the call).
+    fn cache(&self) -> Option<&wgpu::PipelineCache> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(c) = &self.pipeline_cache {
+            c.touch();
+            return Some(&c.cache);
+        }
+        None
+    }
+
+    /// Saves the pipeline cache when a call compiled new pipelines into
+    /// it; bytes written (0: nothing new, no cache, or failed and logged).
+    pub fn save_pipeline_cache(&self) -> usize {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(c) = &self.pipeline_cache {
+            return c.save();
+        }
+        0
+    }
+
+    /// Bytes sent from the host to the device since it was opened.
+    pub fn uploaded(&self) -> u64 {
+        self.uploaded.load(Ordering::Relaxed)
+    }
+
+    fn count_upload(&self, bytes: usize) {
+        self.uploaded.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// `queue.write_buffer`, counted in [`Gpu::uploaded`].
+    pub fn write(&self, buf: &wgpu::Buffer, offset: u64, bytes: &[u8]) {
+        self.count_upload(bytes.len());
+        self.queue.write_buffer(buf, offset, bytes);
     }
 
     /// Starts (or, with `false`, stops) timing every dispatch with
@@ -344,7 +414,7 @@ impl Gpu {
             module: &module,
             entry_point: Some(entry),
             compilation_options: Default::default(),
-            cache: None,
+            cache: self.cache(),
         });
         if let Some(e) = scope.pop().await {
             return Err(GpuError::Shader(format!("{entry}: {e}")));
@@ -363,6 +433,7 @@ impl Gpu {
     /// A storage buffer holding `bytes` (at least 16 bytes; padded to 4).
     pub fn storage(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
         let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        self.count_upload(bytes.len());
         if bytes.len() >= 16 && bytes.len().is_multiple_of(4) {
             return self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -385,13 +456,13 @@ impl Gpu {
     /// staged at a time, whatever the size of the upload.
     pub fn upload(&self, buf: &wgpu::Buffer, offset: u64, bytes: &[u8]) -> Result<()> {
         if bytes.len() <= UPLOAD_SLICE {
-            self.queue.write_buffer(buf, offset, bytes);
+            self.write(buf, offset, bytes);
             return Ok(());
         }
         #[cfg(not(target_arch = "wasm32"))]
         let mut previous: Option<wgpu::SubmissionIndex> = None;
         for (i, slice) in bytes.chunks(UPLOAD_SLICE).enumerate() {
-            self.queue.write_buffer(buf, offset + (i * UPLOAD_SLICE) as u64, slice);
+            self.write(buf, offset + (i * UPLOAD_SLICE) as u64, slice);
             let _index = self.queue.submit([]);
             #[cfg(not(target_arch = "wasm32"))]
             {
@@ -458,6 +529,7 @@ impl Gpu {
 
     /// A uniform buffer holding `bytes` (a multiple of 16).
     pub fn uniform(&self, bytes: &[u8]) -> wgpu::Buffer {
+        self.count_upload(bytes.len());
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("params"),
             contents: bytes,
@@ -546,12 +618,7 @@ impl Gpu {
         size: u64,
     ) -> Result<ReadBack> {
         let size4 = size.next_multiple_of(4).max(4);
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read-back"),
-            size: size4,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = self.readback_buffer(size4);
         enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size4);
         let stamps = self.resolve_timestamps(&mut enc)?;
         let _submission = self.queue.submit([enc.finish()]);
@@ -568,6 +635,33 @@ impl Gpu {
             #[cfg(not(target_arch = "wasm32"))]
             submission: _submission,
         })
+    }
+
+    /// A mappable buffer of at least `size` bytes: a read one of between
+    /// `size` and twice that when there is one, else a new one.
+    fn readback_buffer(&self, size: u64) -> wgpu::Buffer {
+        if let Ok(mut free) = self.readbacks.lock()
+            && let Some(i) = free.iter().position(|b| b.size() >= size && b.size() <= 2 * size)
+        {
+            return free.swap_remove(i);
+        }
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Keeps a read (unmapped) read-back buffer for the next call, at most
+    /// [`READBACK_BYTES`] of them, dropping the oldest beyond.
+    fn recycle_readback(&self, buf: wgpu::Buffer) {
+        let Ok(mut free) = self.readbacks.lock() else { return };
+        free.push(buf);
+        let mut total: u64 = free.iter().map(wgpu::Buffer::size).sum();
+        while total > READBACK_BYTES && !free.is_empty() {
+            total -= free.remove(0).size();
+        }
     }
 
     /// Resolves the pending timestamp pairs into a mappable buffer.
@@ -663,6 +757,7 @@ impl ReadBack {
         #[cfg(not(target_arch = "wasm32"))]
         gpu.wait(Some(self.submission))?;
         let out = take_mapped(&self.staging, self.rx, self.len).await?;
+        gpu.recycle_readback(self.staging);
         if let Some((b, rx, kernels)) = self.stamps {
             let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&take_mapped(&b, rx, b.size() as usize).await?);
             gpu.add_timestamps(&ticks, kernels)?;
@@ -688,6 +783,9 @@ async fn take_mapped(buf: &wgpu::Buffer, mapped: Mapped, len: usize) -> Result<V
 
 /// Bytes of scratch buffers kept for reuse ([`Gpu::recycle`]).
 pub(crate) const POOL_BYTES: u64 = 1 << 30;
+
+/// Bytes of read-back buffers kept for reuse.
+const READBACK_BYTES: u64 = 256 << 20;
 
 /// Bytes of one slice of an upload ([`Gpu::upload`]).
 pub(crate) const UPLOAD_SLICE: usize = 64 << 20;

@@ -58,6 +58,8 @@
 mod cluster;
 mod device;
 mod error;
+#[cfg(not(target_arch = "wasm32"))]
+mod pipecache;
 mod pq;
 mod resident;
 mod select;
@@ -96,7 +98,9 @@ macro_rules! on_gpu {
             Ok(mut guard) => {
                 let device = guard.gpu.device.clone();
                 let $s = &mut *guard;
-                device::scoped(&device, $gpu).await
+                let out = device::scoped(&device, $gpu).await;
+                guard.gpu.save_pipeline_cache();
+                out
             }
             Err(_) => Err(GpuError::Poisoned),
         };
@@ -194,6 +198,85 @@ pub struct GpuOptions {
     /// Bytes per storage binding, when lower than the adapter's limit
     /// (splits data into more chunks; for testing the chunked paths).
     pub binding_limit: Option<u64>,
+    /// The exact-search GEMM's k-loop; `None`: `DENTATE_GPU_GEMM` when set
+    /// (for measuring the shapes on a device), else [`GemmShape::default`].
+    pub gemm: Option<GemmShape>,
+}
+
+/// How the exact-search GEMM (exact search, the coarse stage, k-means
+/// assignment) walks the dimensions: every shape gives the same scores;
+/// they differ in speed by device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmShape {
+    /// Dimensions per slab staged in workgroup memory: 16 or 32 (32 needs
+    /// 24 KiB of workgroup memory, else 16 runs).
+    pub slab: u32,
+    /// Load the next slab from global memory while multiplying this one.
+    pub prefetch: bool,
+}
+
+impl Default for GemmShape {
+    fn default() -> Self {
+        GemmShape {
+            slab: 16,
+            prefetch: false,
+        }
+    }
+}
+
+impl GemmShape {
+    /// Every shape, for measuring them.
+    pub const ALL: [GemmShape; 4] = [
+        GemmShape {
+            slab: 16,
+            prefetch: false,
+        },
+        GemmShape {
+            slab: 16,
+            prefetch: true,
+        },
+        GemmShape {
+            slab: 32,
+            prefetch: false,
+        },
+        GemmShape {
+            slab: 32,
+            prefetch: true,
+        },
+    ];
+
+    /// Parses `16`, `32`, `16,prefetch` or `32,prefetch`.
+    pub fn parse(s: &str) -> Result<Self> {
+        let mut shape = GemmShape::default();
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "16" => shape.slab = 16,
+                "32" => shape.slab = 32,
+                "prefetch" => shape.prefetch = true,
+                _ => {
+                    return Err(GpuError::Unsupported(format!(
+                        "GEMM shape {s:?}: expected 16 or 32, optionally followed by \",prefetch\""
+                    )));
+                }
+            }
+        }
+        Ok(shape)
+    }
+}
+
+impl std::fmt::Display for GemmShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.slab, if self.prefetch { ",prefetch" } else { "" })
+    }
+}
+
+/// The directory the driver's pipeline cache is kept in between runs
+/// (`DENTATE_GPU_PIPELINE_CACHE`, else `$XDG_CACHE_HOME/dentate`, else
+/// `~/.cache/dentate`); `None` when disabled (`off`) or unknown. Used where
+/// the adapter has a pipeline cache (Vulkan).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn pipeline_cache_dir() -> Option<std::path::PathBuf> {
+    pipecache::directory()
 }
 
 /// `DENTATE_GPU_REQUIRE=hardware`: the backend refuses software adapters
@@ -214,6 +297,8 @@ pub(crate) struct GpuState {
     pub lists: Lru<ResidentLists>,
     /// The points of the k-means training in progress.
     pub points: Lru<ResidentPoints>,
+    /// Alive bitsets on the device, by generation.
+    pub alive: Lru<resident::AliveCopies>,
     /// The last PQ codebooks uploaded (host copy, to recognise them).
     pub books: Option<(Vec<f32>, wgpu::Buffer)>,
 }
@@ -269,8 +354,19 @@ impl GpuCompute {
                     format!("{found} adapter(s), none a discrete or integrated GPU; force one with DENTATE_BACKEND=gpu")
                 })
             })?;
-        let mut gpu = device::Gpu::open(&adapter).await?;
+        #[cfg(not(target_arch = "wasm32"))]
+        let cache_dir = pipecache::directory();
+        #[cfg(target_arch = "wasm32")]
+        let cache_dir = None;
+        let mut gpu = device::Gpu::open(&adapter, cache_dir).await?;
         gpu.binding_cap = options.binding_limit;
+        gpu.gemm = match options.gemm {
+            Some(shape) => shape,
+            None => match std::env::var("DENTATE_GPU_GEMM") {
+                Ok(v) => GemmShape::parse(&v)?,
+                Err(_) => GemmShape::default(),
+            },
+        };
         let report = gpu.report.clone();
         log::info!("backend: gpu ({}, {})", report.name, report.backend);
         Ok(GpuCompute {
@@ -282,6 +378,7 @@ impl GpuCompute {
                 ids: Lru::new(4),
                 lists: Lru::new(4),
                 points: Lru::new(1),
+                alive: Lru::new(4),
                 books: None,
             }),
             report,
@@ -318,6 +415,26 @@ impl GpuCompute {
     /// The adapter has timestamp queries (device times can be measured).
     pub fn has_timestamps(&self) -> bool {
         self.state.lock().map(|s| s.gpu.timestamps).unwrap_or(false)
+    }
+
+    /// Bytes sent from the host to the device since the backend was opened
+    /// (data, queries, tables, tombstones, parameters): what a cached
+    /// upload saves shows here.
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.state.lock().map(|s| s.gpu.uploaded()).unwrap_or(0)
+    }
+
+    /// The file the driver's pipeline cache is kept in and the bytes of
+    /// driver data it started from (0: none yet, or unusable); `None`
+    /// where the platform has no pipeline cache or it is disabled
+    /// (`DENTATE_GPU_PIPELINE_CACHE=off`).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn pipeline_cache(&self) -> Option<(std::path::PathBuf, usize)> {
+        let s = self.state.lock().ok()?;
+        s.gpu
+            .pipeline_cache
+            .as_ref()
+            .map(|c| (c.path().to_path_buf(), c.loaded))
     }
 
     /// Operations that ran on the CPU instead (not covered by the kernels,

@@ -6,7 +6,7 @@
 use crate::GpuState;
 use crate::device::{Gpu, wgsl, words};
 use crate::error::{GpuError, Result};
-use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore};
+use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore, alive_words};
 use crate::topk::{CAND_BYTES, MAX_EXACT_K, decode, seg_len, select_pairs};
 use dentate_core::fastscan::{QuantizedTables, padded_m};
 use dentate_core::topk::Cand;
@@ -189,7 +189,7 @@ impl GpuState {
             _ => None,
         };
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
+        let alive_buf = alive_words(&mut self.alive, gpu, alive, (0, alive.words().len()))?;
         let dummy = gpu.zeroed("unused", 16);
         let places = probed_entries(res, probes);
         let table_bytes = (m * 256 * 4) as u64;
@@ -284,7 +284,7 @@ impl GpuState {
         let replace = [("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())];
         let pipe = gpu.pipeline(wgsl::PQ, "fastscan", &c, &replace, false).await?;
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let alive_buf = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
+        let alive_buf = alive_words(&mut self.alive, gpu, alive, (0, alive.words().len()))?;
         let places = probed_entries(res, probes);
         let mut sizes = vec![(fw + 4) as u64 * 4, nprobe as u64 * 16];
         sizes.extend(output_bytes(gpu, places, kk));

@@ -9,7 +9,7 @@ use crate::error::{GpuError, Result};
 use dentate_core::Floats;
 use dentate_core::fastscan::{BLOCK, block_bytes};
 use dentate_core::simd::PANEL;
-use dentate_core::{BaseRef, InvertedRef, PointsRef, StoreRef};
+use dentate_core::{BaseRef, Bitset, InvertedRef, PointsRef, StoreRef};
 
 /// Rows of `row_bytes` bytes in chunks of at most `chunk_rows` rows; each
 /// chunk is one storage buffer that grows by doubling (copied on the
@@ -414,7 +414,7 @@ impl ResidentLists {
                     }
                     padded.into()
                 };
-                gpu.queue.write_buffer(&self.codes, ((off + len) * w) as u64, &bytes);
+                gpu.write(&self.codes, ((off + len) * w) as u64, &bytes);
             }
             Layout::Packed => {
                 // From the block holding entry `len` (appends fill it in
@@ -422,12 +422,11 @@ impl ResidentLists {
                 let bb = block_bytes(m);
                 let (b0, b1) = (len / BLOCK, n.div_ceil(BLOCK));
                 if let Some(bytes) = list.codes.get(b0 * bb..b1 * bb) {
-                    gpu.queue
-                        .write_buffer(&self.codes, ((off / BLOCK + b0) * bb) as u64, bytes);
+                    gpu.write(&self.codes, ((off / BLOCK + b0) * bb) as u64, bytes);
                 }
             }
         }
-        gpu.queue.write_buffer(
+        gpu.write(
             &self.rows,
             ((off + len) * 4) as u64,
             bytemuck::cast_slice(&list.rows[len..n]),
@@ -491,6 +490,33 @@ impl<T> Lru<T> {
         self.items[i].1 = now;
         Ok(&mut self.items[i].2)
     }
+}
+
+/// Device copies of one state of an alive bitset (keyed on its
+/// [`Bitset::generation`], which no other state shares, so a copy is never
+/// stale): one buffer per range of words a kernel binds, uploaded on first
+/// use. A search after deletes uploads the bitset again; one without
+/// changes uploads nothing.
+#[derive(Default)]
+pub(crate) struct AliveCopies {
+    ranges: Vec<(usize, usize, wgpu::Buffer)>,
+}
+
+/// Words `lo..hi` of `bits` on the device, from `cache` when this state of
+/// the bits was uploaded before.
+pub(crate) fn alive_words(
+    cache: &mut Lru<AliveCopies>,
+    gpu: &Gpu,
+    bits: &Bitset,
+    (lo, hi): (usize, usize),
+) -> Result<wgpu::Buffer> {
+    let copies = cache.get(bits.generation(), |_| Ok(true), || Ok(AliveCopies::default()))?;
+    if let Some((_, _, buf)) = copies.ranges.iter().find(|(l, h, _)| (*l, *h) == (lo, hi)) {
+        return Ok(buf.clone());
+    }
+    let buf = gpu.storage("alive", bytemuck::cast_slice(&bits.words()[lo..hi]));
+    copies.ranges.push((lo, hi, buf.clone()));
+    Ok(buf)
 }
 
 /// The points of one k-means training on the device (`PointsRef`): rows

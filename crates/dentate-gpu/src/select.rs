@@ -4,6 +4,7 @@
 use crate::GpuState;
 use crate::device::{wgsl, words};
 use crate::error::{GpuError, Result};
+use crate::resident::alive_words;
 use dentate_core::salience::{BonusForm, SalienceParams};
 use dentate_core::vector::Bitset;
 
@@ -91,7 +92,7 @@ impl GpuState {
         let collect_pipe = gpu.pipeline(wgsl::SELECT, "collect", &[], &[], false).await?;
         let s = gpu.storage("scores", bytemuck::cast_slice(&scores[..n]));
         let i = gpu.storage("ids", bytemuck::cast_slice(&ids[..n]));
-        let a = gpu.storage("alive", bytemuck::cast_slice(alive.words()));
+        let a = alive_words(&mut self.alive, gpu, alive, (0, alive.words().len()))?;
         let hist = gpu.zeroed("histogram", 257 * 4);
         let picked = gpu.zeroed("picked", count as u64 * 4);
         let groups = grid(n)?;
@@ -107,7 +108,7 @@ impl GpuState {
         // pass until the rows below it plus those equal to it are `count`.
         while depth < KEY_BYTES {
             let u = params(depth, 0, prefix);
-            gpu.queue.write_buffer(&hist, 0, &[0u8; 257 * 4]);
+            gpu.write(&hist, 0, &[0u8; 257 * 4]);
             let bind = gpu.bind(&hist_pipe, &[(4, &u), (5, &s), (6, &i), (7, &a), (8, &hist)]);
             let mut enc = gpu.encoder();
             gpu.dispatch(&mut enc, &hist_pipe, &bind, groups);
@@ -132,7 +133,7 @@ impl GpuState {
             }
         }
         let u = params(depth, 1, prefix);
-        gpu.queue.write_buffer(&hist, 0, &[0u8; 257 * 4]);
+        gpu.write(&hist, 0, &[0u8; 257 * 4]);
         let bind = gpu.bind(
             &collect_pipe,
             &[(4, &u), (5, &s), (6, &i), (7, &a), (8, &hist), (9, &picked)],

@@ -2,10 +2,10 @@
 //! scores, per-segment selection, merge-path merges), score matrices, and
 //! the candidate decoding every top-k kernel shares.
 
-use crate::GpuState;
 use crate::device::{Gpu, Kernel, wgsl, words};
 use crate::error::{GpuError, Result};
-use crate::resident::ResidentBase;
+use crate::resident::{ResidentBase, alive_words};
+use crate::{GemmShape, GpuState};
 use dentate_core::BaseRef;
 use dentate_core::simd::PANEL;
 use dentate_core::topk::Cand;
@@ -94,19 +94,7 @@ struct Merger<'g> {
 
 impl<'g> Merger<'g> {
     async fn new(gpu: &'g Gpu, nq: usize, kk: usize) -> Result<Self> {
-        let pipe = gpu
-            .pipeline(
-                wgsl::TOPK,
-                "merge",
-                &[
-                    ("TQ", "1u".into()),
-                    ("F16", "false".into()),
-                    ("SEG", format!("{}u", seg_len(gpu))),
-                ],
-                &[],
-                false,
-            )
-            .await?;
+        let pipe = exact_pipeline(gpu, "merge", 1, false).await?;
         Ok(Merger { gpu, pipe, nq, kk })
     }
 
@@ -377,12 +365,15 @@ impl GpuState {
                     }
                     None => &dummy,
                 };
-                let alive_buf = base.alive.map(|a| {
-                    flags |= 2;
-                    let w = a.words();
-                    let (lo, hi) = (row0 / 64, (row0 + rows).div_ceil(64).min(w.len()));
-                    gpu.storage("alive", bytemuck::cast_slice(&w[lo..hi]))
-                });
+                let alive_buf = match base.alive {
+                    Some(a) => {
+                        flags |= 2;
+                        let w = a.words().len();
+                        let range = ((row0 / 64).min(w), (row0 + rows).div_ceil(64).min(w));
+                        Some(alive_words(&mut self.alive, gpu, a, range)?)
+                    }
+                    None => None,
+                };
                 let bias_buf = base.bias.map(|b| {
                     flags |= 4;
                     gpu.storage("bias", bytemuck::cast_slice(&b[row0..row0 + rows]))
@@ -557,8 +548,21 @@ impl GpuState {
     }
 }
 
+/// The shape `gemm` runs with on `gpu`: the one asked for, with slabs of
+/// 16 dimensions where 32 do not fit the workgroup memory (64 queries and
+/// 128 rows of a slab, f32).
+pub(crate) fn gemm_shape(gpu: &Gpu) -> GemmShape {
+    let mut shape = gpu.gemm;
+    let need = |slab: u32| u64::from(slab) * (64 + TILE_ROWS as u64) * 4;
+    if shape.slab != 16 && need(shape.slab) > u64::from(gpu.limits.max_compute_workgroup_storage_size) {
+        shape.slab = 16;
+    }
+    shape
+}
+
 /// The `gemm` or `segsel` pipeline of a variant.
 pub(crate) async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool) -> Result<Arc<Kernel>> {
+    let shape = gemm_shape(gpu);
     gpu.pipeline(
         wgsl::TOPK,
         entry,
@@ -566,6 +570,8 @@ pub(crate) async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool)
             ("TQ", format!("{tq}u")),
             ("F16", f16.to_string()),
             ("SEG", format!("{}u", seg_len(gpu))),
+            ("BK", format!("{}u", shape.slab)),
+            ("PF", shape.prefetch.to_string()),
         ],
         &[],
         false,

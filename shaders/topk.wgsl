@@ -2,7 +2,7 @@
 // follows it, and the merge of its sorted candidate lists.
 //
 // The host prepends the constants of a variant:
-//   TQ   queries per thread of `gemm` (1 or 4): a tile is 16·TQ queries × 128 rows
+//   TQ   queries per thread of `gemm` (1, 4 or 8): a tile is 16·TQ queries × 128 rows
 //   F16  base stored as f16 pairs in u32 words (unpacked to f32), else f32
 //   SEG  scores per `segsel` segment (1,024 to 4,096, by workgroup memory)
 //   BK   dimensions per slab of `gemm` (16 or 32)
@@ -14,7 +14,9 @@
 // (TQ + 8) floats from workgroup memory for 8·TQ multiply-adds. Base rows
 // are in the core's panel layout (16 rows per panel, dimension-major inside
 // a panel): the 16 rows × BK dimensions of a panel's slab are 4·BK
-// consecutive vec4s.
+// consecutive vec4s. Exact search hands the queries over transposed
+// ([dimension][query], `P.qt`), so four queries of a dimension are one
+// vec4 load too; score matrices and k-means pass query rows.
 // The scores of a block of rows go to a score buffer (or, for score
 // matrices, straight to the output).
 //
@@ -69,7 +71,10 @@ struct Params {
     // `best_col`: output slot of the dispatch's first query
     a0: u32,
     k: u32,
-    _p0: u32,
+    // queries as [dimension][query] with this many floats per dimension (a
+    // multiple of 128, zero past the dispatch's queries); 0: as rows of
+    // dp4 vec4s
+    qt: u32,
     _p1: u32,
 }
 
@@ -159,12 +164,21 @@ fn store_base(v: u32, x: vec4<f32>) {
 }
 
 // Queries as [dim][query / 4]: vec4 `v` is dimension v / (BQ/4) of
-// queries 4·(v % (BQ/4)).. (from dispatch-local query tq0).
+// queries 4·(v % (BQ/4)).. (from dispatch-local query tq0); one vec4 load
+// from a transposed query buffer (P.qt), four scalar ones from rows.
 fn load_queries(v: u32, k0: u32, tq0: u32) -> vec4<f32> {
     var x = vec4<f32>(0.0);
     let kk = v / (BQ / 4u);
     let q4 = (v % (BQ / 4u)) * 4u;
     let j = k0 + kk;
+    if P.qt != 0u {
+        // Transposed: the four queries are one aligned vec4 (P.q0, tq0
+        // and q4 are multiples of 4).
+        if v < BK * BQ / 4u && j < P.d {
+            x = queries[(j * P.qt + P.q0 + tq0 + q4) / 4u];
+        }
+        return x;
+    }
     if v < BK * BQ / 4u && j < P.d {
         let jv = j / 4u;
         let jc = j % 4u;
@@ -278,9 +292,9 @@ fn emit_keep(q: u32, r0: u32, x: vec4<f32>) {
 }
 
 // A thread's register tile: `c[2i]` holds its query i against rows r..r+4,
-// `c[2i+1]` against rows r+64..r+68 (TQ queries, so 2·TQ of the 8 used).
+// `c[2i+1]` against rows r+64..r+68 (TQ queries, so 2·TQ of the 16 used).
 struct Tile {
-    c: array<vec4<f32>, 8>,
+    c: array<vec4<f32>, 16>,
 }
 
 // The tile of queries wg.y·BQ.., rows blk0 + wg.x·128.. (chunk-local).
@@ -300,6 +314,14 @@ fn tile(li: u32, wg: vec3<u32>) -> Tile {
     var c5 = vec4<f32>(0.0);
     var c6 = vec4<f32>(0.0);
     var c7 = vec4<f32>(0.0);
+    var c8 = vec4<f32>(0.0);
+    var c9 = vec4<f32>(0.0);
+    var c10 = vec4<f32>(0.0);
+    var c11 = vec4<f32>(0.0);
+    var c12 = vec4<f32>(0.0);
+    var c13 = vec4<f32>(0.0);
+    var c14 = vec4<f32>(0.0);
+    var c15 = vec4<f32>(0.0);
     // With PF the next slab's global loads are issued before this slab's
     // multiply-adds, so their latency hides behind them.
     var slab: Slab;
@@ -318,8 +340,10 @@ fn tile(li: u32, wg: vec3<u32>) -> Tile {
         for (var kk = 0u; kk < BK; kk += 1u) {
             let b0 = bs[kk * (BR / 4u) + tr];
             let b1 = bs[kk * (BR / 4u) + 16u + tr];
-            if TQ == 4u {
-                let a = qs[kk * (BQ / 4u) + tq];
+            if TQ >= 4u {
+                // 8-query tiles: two vec4s of queries, 16 floats read for
+                // 64 multiply-adds.
+                let a = qs[kk * (BQ / 4u) + (TQ / 4u) * tq];
                 c0 += a.x * b0;
                 c1 += a.x * b1;
                 c2 += a.y * b0;
@@ -328,6 +352,17 @@ fn tile(li: u32, wg: vec3<u32>) -> Tile {
                 c5 += a.z * b1;
                 c6 += a.w * b0;
                 c7 += a.w * b1;
+                if TQ == 8u {
+                    let e = qs[kk * (BQ / 4u) + 2u * tq + 1u];
+                    c8 += e.x * b0;
+                    c9 += e.x * b1;
+                    c10 += e.y * b0;
+                    c11 += e.y * b1;
+                    c12 += e.z * b0;
+                    c13 += e.z * b1;
+                    c14 += e.w * b0;
+                    c15 += e.w * b1;
+                }
             } else {
                 let a = qs[kk * (BQ / 4u) + tq / 4u][tq % 4u];
                 c0 += a * b0;
@@ -336,11 +371,14 @@ fn tile(li: u32, wg: vec3<u32>) -> Tile {
         }
         workgroupBarrier();
     }
-    return Tile(array<vec4<f32>, 8>(c0, c1, c2, c3, c4, c5, c6, c7));
+    return Tile(array<vec4<f32>, 16>(c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15));
 }
 
 // Scores of a tile into `out_mat` (rows past the block are not written).
-// Constant indices only: the tile stays in registers.
+// Constant indices only: the tile stays in registers. (`gemm` and
+// `gemm_keep` spell their writes out separately: a shared function that
+// chose between `emit` and `emit_keep` would make `gemm` statically use
+// the survivor bindings, which its bind groups do not have.)
 @compute @workgroup_size(256)
 fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let t = tile(li, wg);
@@ -348,13 +386,23 @@ fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
     let r = P.blk0 + wg.x * BR + (li % 16u) * 4u;
     emit(q, r, t.c[0]);
     emit(q, r + 64u, t.c[1]);
-    if TQ == 4u {
+    if TQ >= 4u {
         emit(q + 1u, r, t.c[2]);
         emit(q + 1u, r + 64u, t.c[3]);
         emit(q + 2u, r, t.c[4]);
         emit(q + 2u, r + 64u, t.c[5]);
         emit(q + 3u, r, t.c[6]);
         emit(q + 3u, r + 64u, t.c[7]);
+    }
+    if TQ == 8u {
+        emit(q + 4u, r, t.c[8]);
+        emit(q + 4u, r + 64u, t.c[9]);
+        emit(q + 5u, r, t.c[10]);
+        emit(q + 5u, r + 64u, t.c[11]);
+        emit(q + 6u, r, t.c[12]);
+        emit(q + 6u, r + 64u, t.c[13]);
+        emit(q + 7u, r, t.c[14]);
+        emit(q + 7u, r + 64u, t.c[15]);
     }
 }
 
@@ -367,13 +415,23 @@ fn gemm_keep(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg
     let r = P.blk0 + wg.x * BR + (li % 16u) * 4u;
     emit_keep(q, r, t.c[0]);
     emit_keep(q, r + 64u, t.c[1]);
-    if TQ == 4u {
+    if TQ >= 4u {
         emit_keep(q + 1u, r, t.c[2]);
         emit_keep(q + 1u, r + 64u, t.c[3]);
         emit_keep(q + 2u, r, t.c[4]);
         emit_keep(q + 2u, r + 64u, t.c[5]);
         emit_keep(q + 3u, r, t.c[6]);
         emit_keep(q + 3u, r + 64u, t.c[7]);
+    }
+    if TQ == 8u {
+        emit_keep(q + 4u, r, t.c[8]);
+        emit_keep(q + 4u, r + 64u, t.c[9]);
+        emit_keep(q + 5u, r, t.c[10]);
+        emit_keep(q + 5u, r + 64u, t.c[11]);
+        emit_keep(q + 6u, r, t.c[12]);
+        emit_keep(q + 6u, r + 64u, t.c[13]);
+        emit_keep(q + 7u, r, t.c[14]);
+        emit_keep(q + 7u, r + 64u, t.c[15]);
     }
 }
 

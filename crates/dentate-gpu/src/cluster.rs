@@ -192,7 +192,7 @@ async fn assign_on_device(
         let mut q0 = 0;
         while q0 < *rows {
             let nb = (rows - q0).min(nb_max);
-            let tq = queries_per_thread(nb);
+            let tq = queries_per_thread(gpu, nb, false);
             let gemm = exact_pipeline(gpu, "gemm", tq, f16).await?;
             let params = Params {
                 d,
@@ -209,6 +209,7 @@ async fn assign_on_device(
                 lists: 0,
                 a0: c * res.chunk_rows + q0,
                 k: 0,
+                qt: 0,
             }
             .uniform(gpu);
             let inputs = [cent.vecs.chunk(0), buf, &dummy, bias_buf.as_ref().unwrap_or(&dummy)];

@@ -213,49 +213,52 @@ pub struct GemmShape {
     pub slab: u32,
     /// Load the next slab from global memory while multiplying this one.
     pub prefetch: bool,
+    /// Queries of a thread's register tile (× 8 rows): 4 or 8 (8 runs with
+    /// slabs of 16 dimensions).
+    pub queries: u32,
 }
 
+/// Slabs of 16 dimensions, no prefetch, 8-query register tiles: the
+/// fastest of [`GemmShape::ALL`] on an H200 (BENCHMARKS.md).
 impl Default for GemmShape {
     fn default() -> Self {
-        GemmShape {
-            slab: 16,
-            prefetch: false,
-        }
+        GemmShape::new(16, false, 8)
     }
 }
 
 impl GemmShape {
     /// Every shape, for measuring them.
-    pub const ALL: [GemmShape; 4] = [
-        GemmShape {
-            slab: 16,
-            prefetch: false,
-        },
-        GemmShape {
-            slab: 16,
-            prefetch: true,
-        },
-        GemmShape {
-            slab: 32,
-            prefetch: false,
-        },
-        GemmShape {
-            slab: 32,
-            prefetch: true,
-        },
+    pub const ALL: [GemmShape; 5] = [
+        GemmShape::new(16, false, 4),
+        GemmShape::new(16, true, 4),
+        GemmShape::new(32, false, 4),
+        GemmShape::new(32, true, 4),
+        GemmShape::new(16, false, 8),
     ];
 
-    /// Parses `16`, `32`, `16,prefetch` or `32,prefetch`.
+    const fn new(slab: u32, prefetch: bool, queries: u32) -> Self {
+        GemmShape {
+            slab,
+            prefetch,
+            queries,
+        }
+    }
+
+    /// Parses a slab (`16` or `32`) followed by any of `prefetch`, `q4`
+    /// and `q8` (4- or 8-query register tiles; 4 unless `q8`),
+    /// comma-separated: `16`, `32,prefetch`, `16,q8`.
     pub fn parse(s: &str) -> Result<Self> {
-        let mut shape = GemmShape::default();
+        let mut shape = GemmShape::new(16, false, 4);
         for part in s.split(',').map(str::trim) {
             match part {
                 "16" => shape.slab = 16,
                 "32" => shape.slab = 32,
                 "prefetch" => shape.prefetch = true,
+                "q4" => shape.queries = 4,
+                "q8" => shape.queries = 8,
                 _ => {
                     return Err(GpuError::Unsupported(format!(
-                        "GEMM shape {s:?}: expected 16 or 32, optionally followed by \",prefetch\""
+                        "GEMM shape {s:?}: expected 16 or 32, then optionally \",prefetch\" and \",q8\" or \",q4\""
                     )));
                 }
             }
@@ -266,7 +269,13 @@ impl GemmShape {
 
 impl std::fmt::Display for GemmShape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{}", self.slab, if self.prefetch { ",prefetch" } else { "" })
+        write!(
+            f,
+            "{}{}{}",
+            self.slab,
+            if self.prefetch { ",prefetch" } else { "" },
+            if self.queries == 8 { ",q8" } else { "" }
+        )
     }
 }
 
@@ -658,5 +667,21 @@ impl Compute for GpuCompute {
 
     fn lowest(&self, scores: &[f32], ids: &[u64], alive: &Bitset, count: usize) -> Vec<u32> {
         pollster::block_on(self.lowest_async(scores, ids, alive, count))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GemmShape;
+
+    #[test]
+    fn gemm_shapes_parse_and_print() {
+        for shape in GemmShape::ALL {
+            assert_eq!(GemmShape::parse(&shape.to_string()).unwrap(), shape);
+        }
+        assert_eq!(GemmShape::default().to_string(), "16,q8");
+        assert_eq!(GemmShape::parse("32, prefetch").unwrap(), GemmShape::ALL[3]);
+        assert!(GemmShape::parse("24").is_err());
+        assert!(GemmShape::parse("16,q9").is_err());
     }
 }

@@ -35,11 +35,38 @@ pub(crate) fn seg_len(gpu: &Gpu) -> usize {
 }
 
 /// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that
-/// many queries). An 8 × 8 register tile (16 floats of workgroup memory
-/// per 64 multiply-adds) ran 1.28× slower than this 4 × 8 one on an H200
-/// (BENCHMARKS.md, "Survivors instead of a second pass").
-pub(crate) fn queries_per_thread(nq: usize) -> usize {
-    if nq >= 48 { 4 } else { 1 }
+/// many queries): the shape's register tile (4 or 8 queries × 8 rows) once
+/// the batch fills a tile of them, one query per thread below. 8-query
+/// tiles only over `transposed` queries (one vec4 load per four queries
+/// staged): over query rows, four scalar loads each, they measured slower
+/// than 4-query tiles on an H200 (BENCHMARKS.md).
+pub(crate) fn queries_per_thread(gpu: &Gpu, nq: usize, transposed: bool) -> usize {
+    match gemm_shape(gpu).queries {
+        8 if transposed && nq >= 96 => 8,
+        _ if nq >= 48 => 4,
+        _ => 1,
+    }
+}
+
+/// Floats per dimension of a transposed query batch: whole tiles of the
+/// largest (128 queries).
+fn transposed_stride(nq: usize) -> usize {
+    nq.next_multiple_of(128)
+}
+
+/// `queries` (rows of `d`) as [dimension][query] with
+/// [`transposed_stride`] floats per dimension, zero past the queries: each
+/// vec4 `gemm` stages is one aligned load.
+fn transposed_queries(queries: &[f32], d: usize) -> Vec<f32> {
+    let nq = queries.len() / d;
+    let qt = transposed_stride(nq);
+    let mut out = vec![0f32; d * qt];
+    for (q, row) in queries.chunks_exact(d).enumerate() {
+        for (j, &x) in row.iter().enumerate() {
+            out[j * qt + q] = x;
+        }
+    }
+    out
 }
 
 /// Queries as rows padded to whole vec4s.
@@ -191,6 +218,7 @@ pub(crate) async fn select_pairs(
         lists: segs,
         a0: 0,
         k: kk,
+        qt: 0,
     }
     .uniform(gpu);
     let partial = Lists {
@@ -287,7 +315,7 @@ impl GpuState {
         let nq = queries.len() / d;
         let n = base.panels.len();
         let kk = k.max(1);
-        let (qpad, dp4) = padded_queries(queries, d);
+        let dp4 = d.div_ceil(4);
         let gpu = &self.gpu;
         let res = self
             .bases
@@ -314,14 +342,14 @@ impl GpuState {
             );
             let nb = b.nb;
             let segs = b.rows / seg;
-            let tq = queries_per_thread(nb);
+            let tq = queries_per_thread(gpu, nb, true);
             let gemm = exact_pipeline(gpu, "gemm", tq, f16).await?;
             let gemm_keep = exact_pipeline(gpu, "gemm_keep", tq, f16).await?;
             let merger = Merger::new(gpu, nb, kk).await?;
             let dummy = gpu.zeroed("unused", 16);
             let qbuf = gpu.storage(
                 "queries",
-                bytemuck::cast_slice(&qpad[q0 * dp4 * 4..(q0 + nb) * dp4 * 4]),
+                bytemuck::cast_slice(&transposed_queries(&queries[q0 * d..(q0 + nb) * d], d)),
             );
             // Scratch: `segsel` reads only scores `gemm` wrote, `merge` only
             // the slots within the lengths `segsel` wrote.
@@ -401,6 +429,7 @@ impl GpuState {
                         lists: segs,
                         a0: 0,
                         k: kk,
+                        qt: transposed_stride(nb),
                     }
                     .uniform(gpu);
                     let inputs = [
@@ -489,7 +518,7 @@ impl GpuState {
                 .min((maxb / (dp4 as u64 * 16)) as usize)
                 .min(max_groups)
                 .max(1);
-            let tq = queries_per_thread(nb);
+            let tq = queries_per_thread(gpu, nb, false);
             let pipe = exact_pipeline(gpu, "gemm", tq, f16).await?;
             let qbuf = gpu.storage(
                 "queries",
@@ -523,6 +552,7 @@ impl GpuState {
                         lists: 0,
                         a0: 0,
                         k: 0,
+                        qt: 0,
                     }
                     .uniform(gpu);
                     let inputs = [res.vecs.chunk(c), &qbuf, &dummy, &dummy];
@@ -549,12 +579,22 @@ impl GpuState {
 }
 
 /// The shape `gemm` runs with on `gpu`: the one asked for, with slabs of
-/// 16 dimensions where 32 do not fit the workgroup memory (64 queries and
-/// 128 rows of a slab, f32).
+/// 16 dimensions where 32 do not fit the workgroup memory (16 × the
+/// register tile's queries and 128 rows of a slab, f32) or the tile has 8
+/// queries, and 4-query tiles where 8 do not fit (16 KiB).
 pub(crate) fn gemm_shape(gpu: &Gpu) -> GemmShape {
     let mut shape = gpu.gemm;
-    let need = |slab: u32| u64::from(slab) * (64 + TILE_ROWS as u64) * 4;
-    if shape.slab != 16 && need(shape.slab) > u64::from(gpu.limits.max_compute_workgroup_storage_size) {
+    let mem = u64::from(gpu.limits.max_compute_workgroup_storage_size);
+    let need = |slab: u32, queries: u32| u64::from(slab) * (16 * u64::from(queries) + TILE_ROWS as u64) * 4;
+    if shape.queries == 8 {
+        // A slab of 128 queries × 32 dimensions is more than the two vec4s
+        // a thread stages.
+        shape.slab = 16;
+        if need(16, 8) > mem {
+            shape.queries = 4;
+        }
+    }
+    if shape.slab != 16 && need(shape.slab, shape.queries) > mem {
         shape.slab = 16;
     }
     shape
@@ -595,6 +635,8 @@ pub(crate) struct Params {
     pub lists: usize,
     pub a0: usize,
     pub k: usize,
+    /// Floats per dimension of a transposed query buffer; 0: query rows.
+    pub qt: usize,
 }
 
 impl Params {
@@ -615,7 +657,7 @@ impl Params {
             w(self.lists),
             w(self.a0),
             w(self.k),
-            0,
+            w(self.qt),
             0,
         ]))
     }

@@ -195,6 +195,8 @@ pub(crate) struct Gpu {
     pool: Mutex<Vec<wgpu::Buffer>>,
     /// Read-back buffers whose bytes were read ([`ReadBack::read`]).
     readbacks: Mutex<Vec<wgpu::Buffer>>,
+    /// Uniform buffers of the current operation and free ones.
+    uniforms: Mutex<UniformPool>,
     /// The driver's pipeline cache and its file, where the platform has
     /// one ([`crate::pipecache`]).
     #[cfg(not(target_arch = "wasm32"))]
@@ -262,6 +264,7 @@ impl Gpu {
             timer: Mutex::new(None),
             pool: Mutex::new(Vec::new()),
             readbacks: Mutex::new(Vec::new()),
+            uniforms: Mutex::new(UniformPool::default()),
             #[cfg(not(target_arch = "wasm32"))]
             pipeline_cache,
             uploaded: AtomicU64::new(0),
@@ -527,14 +530,46 @@ impl Gpu {
         })
     }
 
-    /// A uniform buffer holding `bytes` (a multiple of 16).
+    /// A uniform buffer holding `bytes` (a multiple of 16): a free one of
+    /// that size when there is one, else a new one. It stays reserved
+    /// until [`Gpu::end_operation`]; the write reaches the device before
+    /// the next submission, and queue order keeps it after every earlier
+    /// one, so a buffer freed by a finished operation is never rewritten
+    /// under work that still reads it.
     pub fn uniform(&self, bytes: &[u8]) -> wgpu::Buffer {
-        self.count_upload(bytes.len());
-        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("params"),
-            contents: bytes,
-            usage: wgpu::BufferUsages::UNIFORM,
-        })
+        let size = bytes.len() as u64;
+        let Ok(mut pool) = self.uniforms.lock() else {
+            self.count_upload(bytes.len());
+            return self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("params"),
+                contents: bytes,
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+        };
+        let buf = match pool.free.iter().position(|b| b.size() == size) {
+            Some(i) => pool.free.swap_remove(i),
+            None => self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("params"),
+                size,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        };
+        self.write(&buf, 0, bytes);
+        pool.in_use.push(buf.clone());
+        buf
+    }
+
+    /// Ends an operation: the uniform buffers it took become free for the
+    /// next (at most [`FREE_UNIFORMS`] kept), and the pipeline cache is
+    /// saved if it compiled a new kernel.
+    pub fn end_operation(&self) {
+        if let Ok(mut pool) = self.uniforms.lock() {
+            let used = std::mem::take(&mut pool.in_use);
+            pool.free.extend(used);
+            pool.free.truncate(FREE_UNIFORMS);
+        }
+        self.save_pipeline_cache();
     }
 
     /// A bind group of `pipeline`'s group 0 with `(binding, buffer)` entries.
@@ -786,6 +821,59 @@ pub(crate) const POOL_BYTES: u64 = 1 << 30;
 
 /// Bytes of read-back buffers kept for reuse.
 const READBACK_BYTES: u64 = 256 << 20;
+
+/// Free uniform buffers kept for reuse ([`Gpu::end_operation`]).
+const FREE_UNIFORMS: usize = 4096;
+
+/// Uniform buffers: those the current operation took, and free ones.
+#[derive(Default)]
+struct UniformPool {
+    in_use: Vec<wgpu::Buffer>,
+    free: Vec<wgpu::Buffer>,
+}
+
+/// The best adapter for the unit tests that need a device; `None` (skip)
+/// under `DENTATE_GPU_TESTS=skip`; a machine without one fails them, as
+/// the conformance suite does.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+pub(crate) fn test_adapter() -> Option<wgpu::Adapter> {
+    if std::env::var("DENTATE_GPU_TESTS").is_ok_and(|v| v == "skip") {
+        return None;
+    }
+    let adapter = enumerate().into_iter().next();
+    assert!(
+        adapter.is_some(),
+        "no GPU adapter (install mesa-vulkan-drivers or set DENTATE_GPU_TESTS=skip)"
+    );
+    adapter
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    /// An operation's uniform buffers are distinct; the next operation
+    /// reuses them, by size.
+    #[test]
+    fn uniforms_are_reused_after_the_operation() {
+        let Some(adapter) = test_adapter() else {
+            return;
+        };
+        let gpu = pollster::block_on(Gpu::open(&adapter, None)).expect("device opens");
+        let a = gpu.uniform(&[1u8; 16]);
+        let b = gpu.uniform(&[2u8; 16]);
+        assert_ne!(a, b, "one operation's parameters never share a buffer");
+        gpu.end_operation();
+        let c = gpu.uniform(&[3u8; 16]);
+        let d = gpu.uniform(&[4u8; 16]);
+        let e = gpu.uniform(&[5u8; 32]);
+        assert!(
+            (c == a || c == b) && (d == a || d == b) && c != d,
+            "the next operation reuses them"
+        );
+        assert!(e != a && e != b && e.size() == 32, "a buffer of another size is new");
+    }
+}
 
 /// Bytes of one slice of an upload ([`Gpu::upload`]).
 pub(crate) const UPLOAD_SLICE: usize = 64 << 20;

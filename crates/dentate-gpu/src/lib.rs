@@ -99,7 +99,7 @@ macro_rules! on_gpu {
                 let device = guard.gpu.device.clone();
                 let $s = &mut *guard;
                 let out = device::scoped(&device, $gpu).await;
-                guard.gpu.save_pipeline_cache();
+                guard.gpu.end_operation();
                 out
             }
             Err(_) => Err(GpuError::Poisoned),

@@ -177,7 +177,7 @@ mod tests {
 
 #[cfg(test)]
 mod device_tests {
-    use crate::device::{Gpu, enumerate};
+    use crate::device::{Gpu, test_adapter};
     use crate::topk::exact_pipeline;
 
     /// A fresh directory under the system's temporary one.
@@ -191,13 +191,9 @@ mod device_tests {
     /// device, and a damaged file is ignored without failing anything.
     #[test]
     fn pipeline_cache_persists_and_survives_damage() {
-        if std::env::var("DENTATE_GPU_TESTS").is_ok_and(|v| v == "skip") {
+        let Some(adapter) = test_adapter() else {
             return;
-        }
-        let adapter = enumerate()
-            .into_iter()
-            .next()
-            .expect("no GPU adapter (install mesa-vulkan-drivers or set DENTATE_GPU_TESTS=skip)");
+        };
         if !adapter.features().contains(wgpu::Features::PIPELINE_CACHE) {
             eprintln!("{}: no pipeline cache on this platform", adapter.get_info().name);
             return;

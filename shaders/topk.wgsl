@@ -72,8 +72,8 @@ struct Params {
     a0: u32,
     k: u32,
     // queries as [dimension][query] with this many floats per dimension (a
-    // multiple of 128, zero past the dispatch's queries); 0: as rows of
-    // dp4 vec4s
+    // multiple of the tile's BQ, zero past the dispatch's queries); 0: as
+    // rows of dp4 vec4s
     qt: u32,
     _p1: u32,
 }

@@ -48,18 +48,30 @@ pub(crate) fn queries_per_thread(gpu: &Gpu, nq: usize, transposed: bool) -> usiz
     }
 }
 
-/// Floats per dimension of a transposed query batch: whole tiles of the
-/// largest (128 queries).
-fn transposed_stride(nq: usize) -> usize {
-    nq.next_multiple_of(128)
+/// Floats per dimension of a transposed batch of `nq` queries staged by
+/// tiles of `16 · tq` queries: whole tiles, so no load passes the end.
+fn transposed_stride(nq: usize, tq: usize) -> usize {
+    nq.next_multiple_of(16 * tq)
 }
 
-/// `queries` (rows of `d`) as [dimension][query] with
-/// [`transposed_stride`] floats per dimension, zero past the queries: each
-/// vec4 `gemm` stages is one aligned load.
-fn transposed_queries(queries: &[f32], d: usize) -> Vec<f32> {
-    let nq = queries.len() / d;
-    let qt = transposed_stride(nq);
+/// Queries per batch whose transposed copy (`d` × [`transposed_stride`]
+/// floats, whatever tile the batch gets) fits one binding of `maxb` bytes;
+/// 0 when not even 16 do.
+fn transposed_batch(maxb: u64, d: usize) -> usize {
+    let fit = (maxb / (d as u64 * 4)) as usize;
+    match fit {
+        // 8-query tiles (from 96 queries) pad to 128.
+        128.. => fit / 128 * 128,
+        // Below 48 queries tiles are 16 queries.
+        48.. => 47,
+        _ => fit / 16 * 16,
+    }
+}
+
+/// `queries` (rows of `d`) as [dimension][query] with `qt` floats per
+/// dimension, zero past the queries: each vec4 `gemm` stages is one aligned
+/// load.
+fn transposed_queries(queries: &[f32], d: usize, qt: usize) -> Vec<f32> {
     let mut out = vec![0f32; d * qt];
     for (q, row) in queries.chunks_exact(d).enumerate() {
         for (j, &x) in row.iter().enumerate() {
@@ -323,7 +335,12 @@ impl GpuState {
         let chunk_rows = res.vecs.chunk_rows();
         let f16 = matches!(base.panels.data(), dentate_core::Floats::F16(_));
         let maxb = gpu.max_binding();
-        let by_queries = (maxb / (dp4 as u64 * 16)) as usize;
+        let by_queries = transposed_batch(maxb, d);
+        if by_queries == 0 {
+            return Err(GpuError::Unsupported(format!(
+                "16 queries of {d} dimensions exceed one storage binding"
+            )));
+        }
         let seg = seg_len(gpu);
         let sel = exact_pipeline(gpu, "segsel", 1, false).await?;
         let survsel = exact_pipeline(gpu, "survsel", 1, false).await?;
@@ -343,13 +360,14 @@ impl GpuState {
             let nb = b.nb;
             let segs = b.rows / seg;
             let tq = queries_per_thread(gpu, nb, true);
+            let qt = transposed_stride(nb, tq);
             let gemm = exact_pipeline(gpu, "gemm", tq, f16).await?;
             let gemm_keep = exact_pipeline(gpu, "gemm_keep", tq, f16).await?;
             let merger = Merger::new(gpu, nb, kk).await?;
             let dummy = gpu.zeroed("unused", 16);
             let qbuf = gpu.storage(
                 "queries",
-                bytemuck::cast_slice(&transposed_queries(&queries[q0 * d..(q0 + nb) * d], d)),
+                bytemuck::cast_slice(&transposed_queries(&queries[q0 * d..(q0 + nb) * d], d, qt)),
             );
             // Scratch: `segsel` reads only scores `gemm` wrote, `merge` only
             // the slots within the lengths `segsel` wrote.
@@ -429,7 +447,7 @@ impl GpuState {
                         lists: segs,
                         a0: 0,
                         k: kk,
-                        qt: transposed_stride(nb),
+                        qt,
                     }
                     .uniform(gpu);
                     let inputs = [
@@ -687,3 +705,42 @@ pub(crate) fn record_gemm(
 
 /// Rows of panel layout per chunk are whole panels (checked at compile time).
 const _: () = assert!(PANEL == 16);
+
+#[cfg(test)]
+mod tests {
+    use super::{transposed_batch, transposed_stride};
+
+    /// Every batch up to the limit, with whichever tile it gets, keeps its
+    /// transposed queries within one binding.
+    #[test]
+    fn transposed_batches_fit_a_binding() {
+        for maxb in [64u64 << 10, 100_000, 1 << 20, 128 << 20, 2047 << 20] {
+            for d in [1usize, 7, 48, 384, 520, 1024, 4096] {
+                let limit = transposed_batch(maxb, d);
+                if limit == 0 {
+                    assert!(d as u64 * 16 * 4 > maxb, "16 queries of {d} fit {maxb}");
+                    continue;
+                }
+                for nb in [1, 15, 16, 47, 48, 95, 96, 127, 128, 129, limit - 1, limit] {
+                    if nb == 0 || nb > limit {
+                        continue;
+                    }
+                    for tq in [1, 4, 8] {
+                        let possible = match tq {
+                            8 => nb >= 96,
+                            4 => nb >= 48,
+                            _ => true,
+                        };
+                        if possible {
+                            let bytes = (d * transposed_stride(nb, tq) * 4) as u64;
+                            assert!(bytes <= maxb, "{nb} × {d} with tq {tq}: {bytes} > {maxb}");
+                        }
+                    }
+                }
+            }
+        }
+        // The case that overflowed when the batch was sized from query
+        // rows: 520 dimensions, a 128 MiB binding.
+        assert_eq!(transposed_batch(128 << 20, 520), 64_512);
+    }
+}

@@ -177,6 +177,9 @@ pub struct Bitset {
     generation: Generation,
 }
 
+/// Generations handed out so far (0 means "none yet").
+static NEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// The generation of a [`Bitset`]'s bits: 0 until asked for after a change,
 /// then a fresh process-wide number. Ignored by equality.
 #[derive(Debug, Default)]
@@ -286,7 +289,7 @@ impl Bitset {
         if g != 0 {
             return g;
         }
-        let fresh = crate::views::new_uid();
+        let fresh = NEXT_GENERATION.fetch_add(1, Relaxed);
         match self.generation.0.compare_exchange(0, fresh, Relaxed, Relaxed) {
             Ok(_) => fresh,
             Err(other) => other,

@@ -852,6 +852,79 @@ pub(crate) fn test_adapter() -> Option<wgpu::Adapter> {
 mod tests {
     use super::*;
 
+    /// A small kernel of its own, compiled into `gpu`'s pipeline cache.
+    async fn compile(gpu: &Gpu) -> Result<Arc<Kernel>> {
+        const SHADER: &str = "@group(0) @binding(0) var<storage, read_write> v: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    v[id.x] = id.x * 3u;
+}
+";
+        gpu.pipeline(SHADER, "main", &[], &[], false).await
+    }
+
+    /// A fresh directory under the system's temporary one.
+    fn temp_dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("dentate-plc-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    /// The cache is saved after kernels are compiled, seeds the next
+    /// device, and a damaged file is ignored without failing anything.
+    #[test]
+    fn pipeline_cache_persists_and_survives_damage() {
+        let Some(adapter) = test_adapter() else {
+            return;
+        };
+        if !adapter.features().contains(wgpu::Features::PIPELINE_CACHE) {
+            eprintln!("{}: no pipeline cache on this platform", adapter.get_info().name);
+            return;
+        }
+        let dir = temp_dir("persist");
+        let open = || pollster::block_on(Gpu::open(&adapter, Some(dir.clone()))).expect("device opens");
+        let gpu = open();
+        let cache = gpu.pipeline_cache.as_ref().expect("Vulkan has a pipeline cache");
+        assert_eq!(cache.loaded, 0, "a fresh directory has no cache yet");
+        assert_eq!(gpu.save_pipeline_cache(), 0, "nothing compiled, nothing saved");
+        pollster::block_on(compile(&gpu)).expect("the kernel compiles");
+        let written = gpu.save_pipeline_cache();
+        assert!(
+            written > crate::pipecache::HEADER,
+            "compiling a kernel gives the cache data to save"
+        );
+        assert_eq!(gpu.save_pipeline_cache(), 0, "saved once per change");
+        let path = cache.path().to_path_buf();
+        assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, written);
+        drop(gpu);
+
+        let again = open();
+        assert_eq!(
+            again.pipeline_cache.as_ref().unwrap().loaded,
+            written - crate::pipecache::HEADER,
+            "the next device starts from the saved data"
+        );
+        pollster::block_on(compile(&again)).expect("the kernel compiles from the cache");
+        drop(again);
+
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x55;
+        std::fs::write(&path, &bytes).unwrap();
+        let damaged = open();
+        assert_eq!(
+            damaged.pipeline_cache.as_ref().unwrap().loaded,
+            0,
+            "a damaged file is not used"
+        );
+        pollster::block_on(compile(&damaged)).expect("still compiles");
+        assert!(
+            damaged.save_pipeline_cache() > crate::pipecache::HEADER,
+            "and is replaced by a whole one"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// An operation's uniform buffers are distinct; the next operation
     /// reuses them, by size.
     #[test]

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const MAGIC: &[u8; 8] = b"DNTPLC01";
-const HEADER: usize = 8 + 8 + 4;
+/// Bytes of the frame before the driver's data.
+pub(crate) const HEADER: usize = 8 + 8 + 4;
 /// A larger file is not read (a pipeline cache of Dentate's kernels is a
 /// few MiB at most).
 const MAX_BYTES: u64 = 256 << 20;
@@ -172,73 +173,5 @@ mod tests {
         assert_eq!(unframe(&magic), None, "another format");
         assert_eq!(unframe(&f[..5]), None, "shorter than the header");
         assert_eq!(unframe(&frame(&[])), Some(&[][..]));
-    }
-}
-
-#[cfg(test)]
-mod device_tests {
-    use crate::device::{Gpu, test_adapter};
-    use crate::topk::exact_pipeline;
-
-    /// A fresh directory under the system's temporary one.
-    fn temp_dir(tag: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("dentate-plc-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
-    }
-
-    /// The cache is saved after kernels are compiled, seeds the next
-    /// device, and a damaged file is ignored without failing anything.
-    #[test]
-    fn pipeline_cache_persists_and_survives_damage() {
-        let Some(adapter) = test_adapter() else {
-            return;
-        };
-        if !adapter.features().contains(wgpu::Features::PIPELINE_CACHE) {
-            eprintln!("{}: no pipeline cache on this platform", adapter.get_info().name);
-            return;
-        }
-        let dir = temp_dir("persist");
-        let open = || pollster::block_on(Gpu::open(&adapter, Some(dir.clone()))).expect("device opens");
-        let gpu = open();
-        let cache = gpu.pipeline_cache.as_ref().expect("Vulkan has a pipeline cache");
-        assert_eq!(cache.loaded, 0, "a fresh directory has no cache yet");
-        assert_eq!(gpu.save_pipeline_cache(), 0, "nothing compiled, nothing saved");
-        pollster::block_on(exact_pipeline(&gpu, "gemm", 4, false)).expect("gemm compiles");
-        let written = gpu.save_pipeline_cache();
-        assert!(
-            written > super::HEADER,
-            "compiling a kernel gives the cache data to save"
-        );
-        assert_eq!(gpu.save_pipeline_cache(), 0, "saved once per change");
-        let path = cache.path().to_path_buf();
-        assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, written);
-        drop(gpu);
-
-        let again = open();
-        assert_eq!(
-            again.pipeline_cache.as_ref().unwrap().loaded,
-            written - super::HEADER,
-            "the next device starts from the saved data"
-        );
-        pollster::block_on(exact_pipeline(&again, "gemm", 4, false)).expect("gemm compiles from the cache");
-        drop(again);
-
-        let mut bytes = std::fs::read(&path).unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0x55;
-        std::fs::write(&path, &bytes).unwrap();
-        let damaged = open();
-        assert_eq!(
-            damaged.pipeline_cache.as_ref().unwrap().loaded,
-            0,
-            "a damaged file is not used"
-        );
-        pollster::block_on(exact_pipeline(&damaged, "gemm", 4, false)).expect("still compiles");
-        assert!(
-            damaged.save_pipeline_cache() > super::HEADER,
-            "and is replaced by a whole one"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

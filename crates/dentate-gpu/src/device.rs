@@ -192,9 +192,9 @@ pub(crate) struct Gpu {
     pub timestamps: bool,
     timer: Mutex<Option<Timer>>,
     /// Scratch buffers given back after use ([`Gpu::scratch`]).
-    pool: Mutex<Vec<wgpu::Buffer>>,
+    pool: BufferPool,
     /// Read-back buffers whose bytes were read ([`ReadBack::read`]).
-    readbacks: Mutex<Vec<wgpu::Buffer>>,
+    readbacks: BufferPool,
     /// Uniform buffers of the current operation and free ones.
     uniforms: Mutex<UniformPool>,
     /// The driver's pipeline cache and its file, where the platform has
@@ -262,8 +262,8 @@ impl Gpu {
             pipelines: Mutex::new(HashMap::new()),
             timestamps,
             timer: Mutex::new(None),
-            pool: Mutex::new(Vec::new()),
-            readbacks: Mutex::new(Vec::new()),
+            pool: BufferPool::new(POOL_BYTES),
+            readbacks: BufferPool::new(READBACK_BYTES),
             uniforms: Mutex::new(UniformPool::default()),
             #[cfg(not(target_arch = "wasm32"))]
             pipeline_cache,
@@ -500,24 +500,14 @@ impl Gpu {
         let size = size.max(16).next_multiple_of(4);
         // Never larger than one binding unless `size` itself is.
         let most = size.saturating_mul(2).min(self.max_binding()).max(size);
-        if let Ok(mut pool) = self.pool.lock()
-            && let Some(i) = pool.iter().position(|b| b.size() >= size && b.size() <= most)
-        {
-            return pool.swap_remove(i);
-        }
-        self.zeroed(label, size)
+        self.pool.take(size, most).unwrap_or_else(|| self.zeroed(label, size))
     }
 
     /// Gives scratch buffers back once the work that used them has
     /// completed (after the read-back that waited for it). The pool keeps
     /// at most [`POOL_BYTES`], dropping the oldest beyond.
     pub fn recycle(&self, bufs: impl IntoIterator<Item = wgpu::Buffer>) {
-        let Ok(mut pool) = self.pool.lock() else { return };
-        pool.extend(bufs);
-        let mut total: u64 = pool.iter().map(wgpu::Buffer::size).sum();
-        while total > POOL_BYTES && !pool.is_empty() {
-            total -= pool.remove(0).size();
-        }
+        self.pool.keep(bufs);
     }
 
     /// A zeroed storage buffer of `size` bytes (at least 16).
@@ -675,28 +665,14 @@ impl Gpu {
     /// A mappable buffer of at least `size` bytes: a read one of between
     /// `size` and twice that when there is one, else a new one.
     fn readback_buffer(&self, size: u64) -> wgpu::Buffer {
-        if let Ok(mut free) = self.readbacks.lock()
-            && let Some(i) = free.iter().position(|b| b.size() >= size && b.size() <= 2 * size)
-        {
-            return free.swap_remove(i);
-        }
-        self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("read-back"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
+        self.readbacks.take(size, 2 * size).unwrap_or_else(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read-back"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
         })
-    }
-
-    /// Keeps a read (unmapped) read-back buffer for the next call, at most
-    /// [`READBACK_BYTES`] of them, dropping the oldest beyond.
-    fn recycle_readback(&self, buf: wgpu::Buffer) {
-        let Ok(mut free) = self.readbacks.lock() else { return };
-        free.push(buf);
-        let mut total: u64 = free.iter().map(wgpu::Buffer::size).sum();
-        while total > READBACK_BYTES && !free.is_empty() {
-            total -= free.remove(0).size();
-        }
     }
 
     /// Resolves the pending timestamp pairs into a mappable buffer.
@@ -792,7 +768,8 @@ impl ReadBack {
         #[cfg(not(target_arch = "wasm32"))]
         gpu.wait(Some(self.submission))?;
         let out = take_mapped(&self.staging, self.rx, self.len).await?;
-        gpu.recycle_readback(self.staging);
+        // Read and unmapped: the next call may map it again.
+        gpu.readbacks.keep([self.staging]);
         if let Some((b, rx, kernels)) = self.stamps {
             let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&take_mapped(&b, rx, b.size() as usize).await?);
             gpu.add_timestamps(&ticks, kernels)?;
@@ -821,6 +798,40 @@ pub(crate) const POOL_BYTES: u64 = 1 << 30;
 
 /// Bytes of read-back buffers kept for reuse.
 const READBACK_BYTES: u64 = 256 << 20;
+
+/// Buffers given back for reuse, at most `max_bytes` of them (the oldest
+/// dropped beyond): scratch storage ([`Gpu::scratch`]) and read-back
+/// buffers.
+struct BufferPool {
+    free: Mutex<Vec<wgpu::Buffer>>,
+    max_bytes: u64,
+}
+
+impl BufferPool {
+    fn new(max_bytes: u64) -> Self {
+        BufferPool {
+            free: Mutex::new(Vec::new()),
+            max_bytes,
+        }
+    }
+
+    /// A free buffer of between `least` and `most` bytes, if there is one.
+    fn take(&self, least: u64, most: u64) -> Option<wgpu::Buffer> {
+        let mut free = self.free.lock().ok()?;
+        let i = free.iter().position(|b| b.size() >= least && b.size() <= most)?;
+        Some(free.swap_remove(i))
+    }
+
+    /// Gives `bufs` back (once nothing on the device uses them any more).
+    fn keep(&self, bufs: impl IntoIterator<Item = wgpu::Buffer>) {
+        let Ok(mut free) = self.free.lock() else { return };
+        free.extend(bufs);
+        let mut total: u64 = free.iter().map(wgpu::Buffer::size).sum();
+        while total > self.max_bytes && !free.is_empty() {
+            total -= free.remove(0).size();
+        }
+    }
+}
 
 /// Free uniform buffers kept for reuse ([`Gpu::end_operation`]).
 const FREE_UNIFORMS: usize = 4096;

@@ -129,7 +129,7 @@ impl Store {
     /// file; retried briefly while another connection reads. PostgreSQL
     /// keeps deleted rows' bytes until its vacuum reclaims them (the
     /// server's autovacuum, or `VACUUM` by the operator).
-    fn checkpoint(&self) -> Result<()> {
+    fn truncate_log(&self) -> Result<()> {
         let Some(c) = self.conn.sqlite() else {
             return Ok(());
         };
@@ -178,7 +178,7 @@ impl Store {
         let v = Self::bump(&tx, user)?;
         tx.commit()?;
         self.wrote(user, v);
-        self.checkpoint()?;
+        self.truncate_log()?;
         Ok(receipt)
     }
 
@@ -237,7 +237,7 @@ impl Store {
         let v = Self::bump(&tx, user)?;
         tx.commit()?;
         self.wrote(user, v);
-        self.checkpoint()?;
+        self.truncate_log()?;
         Ok(receipt)
     }
 
@@ -284,7 +284,7 @@ impl Store {
         let v = Self::bump(&tx, user)?;
         tx.commit()?;
         self.wrote(user, v);
-        self.checkpoint()?;
+        self.truncate_log()?;
         Ok(())
     }
 

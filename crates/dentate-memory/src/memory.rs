@@ -23,14 +23,29 @@ const PROCESS_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Index files serialised by [`Memory::take_unsaved`], to write.
 #[derive(Debug)]
-pub struct IndexImages(Vec<(std::path::PathBuf, Vec<u8>)>);
+pub struct IndexImages {
+    files: Vec<(std::path::PathBuf, Vec<u8>)>,
+    /// Synced before any file is written when the images may reflect
+    /// relaxed commits ([`Memory::relax_processing`]): files that vouch for
+    /// a store state must never outlive that state at a power cut.
+    barrier: Option<std::path::PathBuf>,
+}
 
 impl IndexImages {
     /// Writes each file crash-safely (temporary file, fsync, rename, fsync
-    /// of the directory). On an error the files not yet written stay
-    /// absent, which the next load repairs from the store.
+    /// of the directory), after making the store state they reflect
+    /// durable where processing was relaxed. On an error the files not yet
+    /// written stay absent, which the next load repairs from the store.
     pub fn write(self) -> Result<()> {
-        for (path, bytes) in self.0 {
+        if let Some(wal) = &self.barrier {
+            match std::fs::File::open(wal) {
+                Ok(f) => f.sync_all()?,
+                // No log: every commit is in the database file, synced.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for (path, bytes) in self.files {
             dentate_core::io::write_atomic(&path, &bytes)?;
         }
         Ok(())
@@ -203,6 +218,7 @@ pub struct Memory {
     /// Users whose open indexes are ahead of their (removed) files.
     unsaved: HashSet<String>,
     defer_saves: bool,
+    relax_processing: bool,
 }
 
 impl std::fmt::Debug for Memory {
@@ -271,7 +287,21 @@ impl Memory {
             pipelines: HashMap::new(),
             unsaved: HashSet::new(),
             defer_saves: false,
+            relax_processing: false,
         }
+    }
+
+    /// Lets [`Memory::process`] and [`Memory::try_process`] commit without
+    /// waiting for the disk ([`Store::set_relaxed`]; SQLite stores only).
+    /// What processing writes is derived from raw messages, which stay
+    /// fully durable, and a power cut that loses the last steps leaves
+    /// those messages unprocessed, so the next `process` redoes them. Index
+    /// files are written only after the log they reflect is synced
+    /// ([`IndexImages::write`]). A server uses it so that a run holds its
+    /// user's lock and its slot for the work, not for an fsync. Off by
+    /// default.
+    pub fn relax_processing(&mut self, on: bool) {
+        self.relax_processing = on;
     }
 
     /// Defers writing index files after a change until [`Memory::persist`]
@@ -309,7 +339,14 @@ impl Memory {
             images.push((path, v.to_string().into_bytes()));
         }
         self.unsaved.remove(user);
-        Ok(Some(IndexImages(images)))
+        Ok(Some(IndexImages {
+            files: images,
+            barrier: if self.relax_processing {
+                self.store.durability_barrier()
+            } else {
+                None
+            },
+        }))
     }
 
     /// The users whose index files a change left unwritten.
@@ -447,7 +484,7 @@ impl Memory {
     /// waits up to 10 minutes for another holder ([`MemoryError::Busy`]
     /// after that).
     pub fn process(&mut self, user: &str, progress: &mut dyn FnMut(usize, usize)) -> Result<IngestReport> {
-        self.holding(user, PROCESS_WAIT, |m| m.change(user, |p, env| p.ingest(env, progress)))?
+        self.run_processing(user, PROCESS_WAIT, progress)?
             .ok_or_else(|| MemoryError::Busy(user.to_string()))
     }
 
@@ -455,9 +492,29 @@ impl Memory {
     /// right now (`Ok(None)`, without waiting): how a server picks up
     /// work another worker left.
     pub fn try_process(&mut self, user: &str, progress: &mut dyn FnMut(usize, usize)) -> Result<Option<IngestReport>> {
-        self.holding(user, std::time::Duration::ZERO, |m| {
-            m.change(user, |p, env| p.ingest(env, progress))
-        })
+        self.run_processing(user, std::time::Duration::ZERO, progress)
+    }
+
+    /// Processes `user`'s messages holding the right to ([`Memory::holding`]),
+    /// with relaxed commits when [`Memory::relax_processing`] is on.
+    fn run_processing(
+        &mut self,
+        user: &str,
+        wait: std::time::Duration,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Option<IngestReport>> {
+        let relaxed = self.relax_processing;
+        if relaxed {
+            self.store.set_relaxed(true)?;
+        }
+        let out = self.holding(user, wait, |m| m.change(user, |p, env| p.ingest(env, progress)));
+        if relaxed {
+            let restored = self.store.set_relaxed(false);
+            let out = out?;
+            restored?;
+            return Ok(out);
+        }
+        out
     }
 
     /// Runs `f` holding the right to process `user` ([`Store::lock_user`]),
@@ -753,5 +810,115 @@ impl Memory {
     /// Heap bytes of the user's index (0 before it is loaded).
     pub fn memory_bytes(&self, user: &str) -> usize {
         self.pipelines.get(user).map_or(0, |p| p.memory_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `PRAGMA synchronous` of the handle's connection: 1 NORMAL, 2 FULL.
+    fn sync_mode(m: &Memory) -> i64 {
+        let c = m.store.conn.sqlite().expect("a SQLite store");
+        c.pragma_query_value(None, "synchronous", |r| r.get(0)).unwrap()
+    }
+
+    fn autocheckpoint(m: &Memory) -> i64 {
+        let c = m.store.conn.sqlite().expect("a SQLite store");
+        c.pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0)).unwrap()
+    }
+
+    fn said(text: &str, t: i64) -> NewMessage {
+        NewMessage {
+            session: "session_1".into(),
+            speaker: "Ann".into(),
+            text: text.into(),
+            said_at: Some(1_682_899_200 + t * 60),
+            source_ref: Some(format!("D1:{t}")),
+        }
+    }
+
+    /// Relaxed processing leaves the handle's other commits (appends,
+    /// corrections, retrieval marks included) fully synced, and its index
+    /// images sync the store's log before any file is written.
+    #[test]
+    fn relaxed_processing_is_scoped_and_its_images_carry_a_barrier() {
+        let dir = tempfile::tempdir().unwrap();
+        let embedder = Arc::new(dentate_embed::HashingEmbedder::new(64).unwrap());
+        let mut m = Memory::open(dir.path(), PipelineKind::parse("rag").unwrap(), embedder, None).unwrap();
+        assert_eq!(sync_mode(&m), 2, "full sync by default");
+        assert_eq!(autocheckpoint(&m), 1000);
+        m.store.set_relaxed(true).unwrap();
+        assert_eq!(sync_mode(&m), 1);
+        // A retrieval mark restores the handle's own mode, not FULL.
+        m.add_messages("ann", &[said("Ann adopted a cat called Pixel.", 1)])
+            .unwrap();
+        m.process("ann", &mut |_, _| {}).unwrap();
+        let ids: Vec<i64> = m.retrieve("ann", "cat", 1).unwrap().iter().map(|r| r.item.id).collect();
+        m.store.record_retrieval("ann", &ids, 1).unwrap();
+        assert_eq!(sync_mode(&m), 1);
+        m.store.set_relaxed(false).unwrap();
+        assert_eq!(sync_mode(&m), 2);
+
+        m.defer_saves(true);
+        m.relax_processing(true);
+        m.add_messages("ann", &[said("Ann's cat Pixel likes the garden.", 2)])
+            .unwrap();
+        let r = m.process("ann", &mut |_, _| {}).unwrap();
+        assert_eq!(r.messages, 1);
+        assert_eq!(sync_mode(&m), 2, "appends after processing wait for the disk again");
+        let images = m.take_unsaved("ann").unwrap().expect("a change to save");
+        assert_eq!(
+            images.barrier.as_deref(),
+            Some(dir.path().join("memory.db-wal").as_path())
+        );
+        assert!(
+            images.barrier.as_ref().is_some_and(|p| p.exists()),
+            "the log is where SQLite keeps it"
+        );
+        images.write().unwrap();
+        let stamp = dir.path().join("ann.rag.version");
+        assert!(stamp.exists(), "written after the barrier");
+
+        // Checkpoints can be left to another handle.
+        m.store.set_auto_checkpoint(false).unwrap();
+        assert_eq!(autocheckpoint(&m), 0);
+        let (log, copied) = m.store.checkpoint(1 << 20).unwrap();
+        assert!(log > 0 && copied == log, "{log} pages, {copied} copied");
+        assert!(dir.path().join("memory.db-wal").metadata().unwrap().len() > 0);
+        assert_eq!(m.store.checkpoint(0).unwrap(), (0, 0), "over the bound: emptied");
+        assert_eq!(dir.path().join("memory.db-wal").metadata().unwrap().len(), 0);
+        m.store.set_auto_checkpoint(true).unwrap();
+        assert_eq!(autocheckpoint(&m), 1000);
+
+        // Without relaxed processing there is nothing to sync first.
+        m.relax_processing(false);
+        m.add_messages("ann", &[said("Ann fed Pixel at noon.", 3)]).unwrap();
+        m.process("ann", &mut |_, _| {}).unwrap();
+        assert!(m.take_unsaved("ann").unwrap().unwrap().barrier.is_none());
+
+        // A missing log (everything checkpointed) is no error.
+        let gone = IndexImages {
+            files: vec![(dir.path().join("x.bin"), vec![1, 2, 3])],
+            barrier: Some(dir.path().join("no-such.db-wal")),
+        };
+        gone.write().unwrap();
+        assert_eq!(std::fs::read(dir.path().join("x.bin")).unwrap(), [1, 2, 3]);
+    }
+
+    /// In-memory stores have no log to sync and ignore relaxing.
+    #[test]
+    fn stores_without_a_directory_ignore_relaxing() {
+        let embedder = Arc::new(dentate_embed::HashingEmbedder::new(64).unwrap());
+        let mut m = Memory::in_memory(PipelineKind::parse("rag").unwrap(), embedder, None).unwrap();
+        m.relax_processing(true);
+        let before = sync_mode(&m);
+        m.store.set_relaxed(true).unwrap();
+        assert_eq!(sync_mode(&m), before, "nothing to relax");
+        assert_eq!(m.store.checkpoint(0).unwrap(), (0, 0), "no log");
+        assert!(m.store.durability_barrier().is_none());
+        m.add_messages("ann", &[said("Ann adopted a cat called Pixel.", 1)])
+            .unwrap();
+        assert_eq!(m.process("ann", &mut |_, _| {}).unwrap().messages, 1);
     }
 }

@@ -416,12 +416,66 @@ pub struct Store {
     /// ([`Store::changed_elsewhere`]) and followed with its own writes
     /// only; absent when unknown.
     synced: std::collections::HashMap<String, i64>,
+    /// Whether this handle's commits skip waiting for the disk
+    /// ([`Store::set_relaxed`]).
+    relaxed: bool,
 }
 
+/// The store's database file in its directory (SQLite keeps its log
+/// beside it, with `-wal` appended).
+const DB_FILE: &str = "memory.db";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"DNTMEMDB";
+/// Pages in SQLite's log before a commit copies it into the database
+/// (SQLite's default; [`Store::set_auto_checkpoint`]).
+pub const WAL_AUTOCHECKPOINT: i64 = 1000;
 const SNAPSHOT_VERSION: u32 = 1;
 /// Magic, version, payload length, CRC-32.
 const SNAPSHOT_HEADER: usize = 8 + 4 + 8 + 4;
+
+/// How long a SQLite connection waits for another's write lock in total.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Makes `conn` wait up to 10 s for a lock another connection
+/// holds, trying again every 100 µs for the first 2 ms and every 500 µs
+/// after. SQLite's own timeout sleeps 1, 2, 5, 10, … ms between tries, so
+/// a commit that found another's commit in its fsync (a few ms) used to
+/// sleep on long after the lock was free, holding whatever its caller
+/// held.
+pub fn wait_when_busy(conn: &mut Connection) -> rusqlite::Result<()> {
+    fn retry(tries: i32) -> bool {
+        const FAST: i32 = 20;
+        let (fast, slow) = (
+            std::time::Duration::from_micros(100),
+            std::time::Duration::from_micros(500),
+        );
+        let waited = if tries < FAST {
+            fast * tries as u32
+        } else {
+            fast * FAST as u32 + slow * (tries - FAST) as u32
+        };
+        if waited >= BUSY_WAIT {
+            return false;
+        }
+        std::thread::sleep(if tries < FAST { fast } else { slow });
+        true
+    }
+    conn.busy_handler(Some(retry))
+}
+
+/// [`Store::checkpoint`] on any SQLite connection in WAL mode.
+pub fn sqlite_checkpoint(c: &Connection, bound: i64) -> rusqlite::Result<(i64, i64)> {
+    let run = |mode: &str| {
+        c.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        })
+    };
+    let (log, copied) = run("PASSIVE")?;
+    if log > bound {
+        run("TRUNCATE")
+    } else {
+        Ok((log, copied))
+    }
+}
 
 /// Brings `conn` to the current schema (foreign keys on); `what` names the
 /// database in errors. A database from a newer version is refused.
@@ -634,6 +688,69 @@ impl Store {
             conn,
             dir,
             synced: std::collections::HashMap::new(),
+            relaxed: false,
+        }
+    }
+
+    /// Makes this handle's commits stop (`on`) or resume waiting for the
+    /// disk. On a SQLite store in a directory (WAL mode) relaxed commits
+    /// use `synchronous = NORMAL`: each stays atomic and in order, a
+    /// killed process keeps every one, and a power cut may lose the last
+    /// few, never a later one without an earlier one. For work that can be
+    /// redone from what is durable (processing raw messages into items),
+    /// not for what a caller was promised. Stores without a directory and
+    /// PostgreSQL stores ignore it: their commits keep their usual
+    /// durability.
+    pub fn set_relaxed(&mut self, on: bool) -> Result<()> {
+        if self.dir.is_some()
+            && let Some(c) = self.conn.sqlite()
+        {
+            c.pragma_update(None, "synchronous", if on { "NORMAL" } else { "FULL" })?;
+            self.relaxed = on;
+        }
+        Ok(())
+    }
+
+    /// Whether this handle's commits copy SQLite's log into the database
+    /// once it holds [`WAL_AUTOCHECKPOINT`] pages (on, SQLite's default).
+    /// A checkpoint syncs the log and the database, so a server turns it
+    /// off on the handles requests wait for and calls
+    /// [`Store::checkpoint`] from one of its own instead; a handle with it
+    /// off and nobody checkpointing lets the log grow. PostgreSQL and
+    /// in-memory stores ignore it.
+    pub fn set_auto_checkpoint(&mut self, on: bool) -> Result<()> {
+        if self.dir.is_some()
+            && let Some(c) = self.conn.sqlite()
+        {
+            c.pragma_update(None, "wal_autocheckpoint", if on { WAL_AUTOCHECKPOINT } else { 0 })?;
+        }
+        Ok(())
+    }
+
+    /// Copies what SQLite's log holds into the database as far as readers
+    /// allow, without waiting for them (`wal_checkpoint(PASSIVE)`); the
+    /// log starts over at a later commit once all of it was copied. When
+    /// the log still holds more than `bound` pages (it cannot start over
+    /// while commits keep coming), it is copied in full and emptied
+    /// (`TRUNCATE`: writers wait for that, up to the busy timeout), so the
+    /// file never grows without bound. Returns the log's pages and how
+    /// many of them are in the database; `(0, 0)` where there is no log
+    /// (PostgreSQL, in memory).
+    pub fn checkpoint(&mut self, bound: i64) -> Result<(i64, i64)> {
+        match (&self.dir, self.conn.sqlite()) {
+            (Some(_), Some(c)) => Ok(sqlite_checkpoint(c, bound)?),
+            _ => Ok((0, 0)),
+        }
+    }
+
+    /// The file whose fsync makes every commit made so far on this store,
+    /// relaxed ones included ([`Store::set_relaxed`]), survive a power cut:
+    /// SQLite's write-ahead log (when absent, everything is in the
+    /// database file and synced). `None` where commits are never relaxed.
+    pub fn durability_barrier(&self) -> Option<PathBuf> {
+        match (&self.dir, self.conn.sqlite()) {
+            (Some(d), Some(_)) => Some(d.join(format!("{DB_FILE}-wal"))),
+            _ => None,
         }
     }
 
@@ -766,11 +883,11 @@ impl Store {
     /// current schema. A database from a newer version is refused.
     pub fn open(dir: &Path) -> Result<Store> {
         std::fs::create_dir_all(dir)?;
-        let path = dir.join("memory.db");
+        let path = dir.join(DB_FILE);
         let mut conn = Connection::open(&path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        wait_when_busy(&mut conn)?;
         conn.set_prepared_statement_cache_capacity(64);
         // Reads map the file instead of copying each page through a
         // system call, and 32 MiB of pages stay cached per connection: a
@@ -1322,8 +1439,8 @@ impl Store {
     /// `turn` (a later turn replaces an earlier one, never the reverse).
     ///
     /// The marks feed a salience bonus, not the conversation, so they are
-    /// committed without waiting for the disk (SQLite: `synchronous =
-    /// NORMAL` for this one transaction, in WAL mode; PostgreSQL:
+    /// committed without waiting for the disk (SQLite: relaxed for this
+    /// one transaction, [`Store::set_relaxed`], in WAL mode; PostgreSQL:
     /// `synchronous_commit = off` for it): a killed process keeps them, a
     /// power cut may lose the last few, and a retrieval costs no fsync.
     /// They do not raise the user's version ([`Store::user_version`]): a
@@ -1333,11 +1450,9 @@ impl Store {
         if ids.is_empty() {
             return Ok(());
         }
-        let durable = self.dir.is_some();
-        if let Some(c) = self.conn.sqlite()
-            && durable
-        {
-            c.pragma_update(None, "synchronous", "NORMAL")?;
+        let was_relaxed = self.relaxed;
+        if !was_relaxed {
+            self.set_relaxed(true)?;
         }
         let res = (|| -> Result<()> {
             let tx = self.conn.begin(Some(user))?;
@@ -1355,10 +1470,8 @@ impl Store {
             }
             tx.commit()
         })();
-        if let Some(c) = self.conn.sqlite()
-            && durable
-        {
-            c.pragma_update(None, "synchronous", "FULL")?;
+        if !was_relaxed {
+            self.set_relaxed(false)?;
         }
         res
     }

@@ -30,6 +30,12 @@
 //!   lock and only from the slot holding the current generation. A crash
 //!   in between costs a rebuild of those indexes from the store, never a
 //!   wrong answer.
+//! - **Durability.** An append answers after its messages are committed
+//!   with a full fsync. Processing them commits without waiting for the
+//!   disk ([`Memory::relax_processing`], SQLite stores): a killed server
+//!   keeps every step, a power cut may lose the last ones, which the
+//!   start-up scan finds behind their messages and queues again; index
+//!   files are written only after the log they reflect is synced.
 //! - **Ingest queue.** An append commits the messages, then a job row
 //!   (`service.db`), and only then answers. Workers take jobs in order; a
 //!   run processes every message stored so far, finishing every job it
@@ -126,6 +132,11 @@ const PERSIST_PACE: u32 = 9;
 /// How long work on a user waits for a slot holding the user (or its home
 /// slot) before it takes any free slot and loads the user there.
 pub const REROUTE_AFTER: Duration = Duration::from_millis(250);
+/// How often the checkpointer copies SQLite's logs into their databases.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+/// Pages of a SQLite log (4 KiB each: 64 MiB) over which the checkpointer
+/// empties it even if commits must wait.
+pub const LOG_BOUND: i64 = 16_384;
 /// How often a server on a shared store looks for jobs other servers left.
 pub const ADOPT_EVERY: Duration = Duration::from_secs(1);
 
@@ -272,6 +283,9 @@ pub struct Engine {
     /// so an append (two durable commits) never holds a slot a search
     /// could use.
     appender: Mutex<Option<dentate_memory::store::Store>>,
+    /// The handle that copies the store's log into its database
+    /// ([`Engine::checkpointer`]); `None` on PostgreSQL.
+    checkpoints: Mutex<Option<dentate_memory::store::Store>>,
     next_slot: AtomicUsize,
     /// Whether each slot is taken ([`Engine::take_slot`]).
     busy: Vec<AtomicBool>,
@@ -435,7 +449,12 @@ impl Engine {
         for i in 0..cfg.slots {
             pool.push(Self::slot(i, &cfg, &kinds, &embedder, &llm)?);
         }
-        let appender = Mutex::new(Some(cfg.location().open(Some(&cfg.dir))?));
+        let mut appender = cfg.location().open(Some(&cfg.dir))?;
+        appender.set_auto_checkpoint(false)?;
+        let checkpoints = match cfg.location() {
+            dentate_memory::StoreLocation::Sqlite(_) => Some(cfg.location().open(Some(&cfg.dir))?),
+            _ => None,
+        };
         let engine = Arc::new(Engine {
             busy: (0..cfg.slots).map(|_| AtomicBool::new(false)).collect(),
             released: tokio::sync::Notify::new(),
@@ -445,7 +464,8 @@ impl Engine {
             llm,
             registry,
             slots: pool.into_iter().map(Mutex::new).collect(),
-            appender,
+            appender: Mutex::new(Some(appender)),
+            checkpoints: Mutex::new(checkpoints),
             next_slot: AtomicUsize::new(0),
             users: Mutex::new(HashMap::new()),
             queue: Mutex::new(VecDeque::new()),
@@ -472,9 +492,16 @@ impl Engine {
         let mems = kinds
             .iter()
             .map(|k| {
-                let store = cfg.location().open(Some(&cfg.dir))?;
+                let mut store = cfg.location().open(Some(&cfg.dir))?;
+                // Checkpoints (two fsyncs) are the checkpointer's, never a
+                // request's.
+                store.set_auto_checkpoint(false)?;
                 let mut m = Memory::with_store(store, k.clone(), embedder.clone(), llm.clone());
                 m.defer_saves(true);
+                // A run holds its user's lock and its slot for the work, not
+                // for an fsync: its steps are redone from the (durable)
+                // messages if a power cut loses them.
+                m.relax_processing(true);
                 Ok(m)
             })
             .collect::<dentate_memory::Result<Vec<_>>>()?;
@@ -1235,6 +1262,8 @@ impl Engine {
             .collect();
         let e = self.clone();
         tasks.push(tokio::spawn(async move { e.persister().await }));
+        let e = self.clone();
+        tasks.push(tokio::spawn(async move { e.checkpointer().await }));
         if self.cfg.shared() {
             let e = self.clone();
             tasks.push(tokio::spawn(async move { e.adopter().await }));
@@ -1273,6 +1302,29 @@ impl Engine {
             if added {
                 self.wake.notify_waiters();
                 self.metrics.set_queue_depth(self.queue_depth());
+            }
+        }
+    }
+
+    /// Every [`CHECKPOINT_EVERY`] until shutdown, copies the logs of the
+    /// store and of `service.db` into their databases from connections of
+    /// its own: the handles requests use never checkpoint (a checkpoint
+    /// syncs the log and the database), so neither a search's slot nor
+    /// an append nor the registry's lock waits for one.
+    async fn checkpointer(self: Arc<Self>) {
+        while !self.closing() {
+            tokio::time::sleep(CHECKPOINT_EVERY).await;
+            let this = self.clone();
+            let done = tokio::task::spawn_blocking(move || -> Result<()> {
+                if let Some(s) = this.lock(&this.checkpoints)?.as_mut() {
+                    s.checkpoint(LOG_BOUND)?;
+                }
+                this.registry.checkpoint(LOG_BOUND)?;
+                Ok(())
+            })
+            .await;
+            if let Ok(Err(e)) = done {
+                log::warn!("checkpoint: {e}");
             }
         }
     }

@@ -279,6 +279,10 @@ pub fn check_external(u: &str) -> Result<()> {
 pub struct Registry {
     /// `None` only while dropping.
     conn: Mutex<Option<Conn>>,
+    /// A second connection to `service.db` that only checkpoints
+    /// ([`Registry::checkpoint`]), so the first never holds its lock for
+    /// an fsync; `None` on PostgreSQL.
+    checkpointer: Mutex<Option<rusqlite::Connection>>,
 }
 
 /// Runs blocking database work: on a runtime's thread (the handlers call
@@ -307,8 +311,8 @@ impl Registry {
     /// Opens (creating) `dir/service.db`.
     pub fn open(dir: &Path) -> Result<Registry> {
         std::fs::create_dir_all(dir).map_err(|e| ServeError::Internal(format!("{}: {e}", dir.display())))?;
-        let conn = rusqlite::Connection::open(dir.join("service.db"))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let mut conn = rusqlite::Connection::open(dir.join("service.db"))?;
+        dentate_memory::store::wait_when_busy(&mut conn)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // Keys and users are few and rarely written; jobs are written twice
         // per append. NORMAL in WAL mode survives a killed process; after a
@@ -317,6 +321,9 @@ impl Registry {
         // are committed in the store with full sync before an append answers.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "secure_delete", "ON")?;
+        // Requests read the registry on the runtime's threads: the log is
+        // copied into the database by `checkpointer`, never by a commit.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)?;
         for (old, new) in OLD_NAMES {
             let exists: i64 = conn.query_row(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -329,8 +336,12 @@ impl Registry {
         }
         conn.execute_batch("DROP INDEX IF EXISTS jobs_by_state; DROP INDEX IF EXISTS jobs_by_user;")?;
         conn.execute_batch(SQLITE_SCHEMA)?;
+        let mut checkpointer = rusqlite::Connection::open(dir.join("service.db"))?;
+        dentate_memory::store::wait_when_busy(&mut checkpointer)?;
+        checkpointer.pragma_update(None, "synchronous", "NORMAL")?;
         Ok(Registry {
             conn: Mutex::new(Some(Conn::Sqlite(conn))),
+            checkpointer: Mutex::new(Some(checkpointer)),
         })
     }
 
@@ -345,6 +356,7 @@ impl Registry {
         tx.commit()?;
         Ok(Registry {
             conn: Mutex::new(Some(conn)),
+            checkpointer: Mutex::new(None),
         })
     }
 
@@ -372,6 +384,22 @@ impl Registry {
             run(c)
         } else {
             blocking(|| run(c))
+        }
+    }
+
+    /// Copies `service.db`'s log into the database as far as readers
+    /// allow ([`dentate_memory::Store::checkpoint`]) on a connection of its own, so
+    /// requests never wait for it; blocks for the fsyncs, so call it off
+    /// the runtime's threads. Returns the log's pages and how many are
+    /// copied; `(0, 0)` on PostgreSQL.
+    pub fn checkpoint(&self, bound: i64) -> Result<(i64, i64)> {
+        let c = self
+            .checkpointer
+            .lock()
+            .map_err(|_| ServeError::Internal("registry lock poisoned".into()))?;
+        match c.as_ref() {
+            Some(c) => Ok(dentate_memory::store::sqlite_checkpoint(c, bound)?),
+            None => Ok((0, 0)),
         }
     }
 

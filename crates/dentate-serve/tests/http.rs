@@ -635,6 +635,41 @@ fn index_files_are_written_late_and_at_shutdown() {
     assert_eq!(search(&s).len(), 1);
 }
 
+/// Requests' store handles never checkpoint (a checkpoint syncs the log
+/// and the database): the server's checkpointer copies the log into
+/// `memory.db` while it runs, so the database file grows with what was
+/// ingested (with nobody checkpointing, it would stay at its first pages
+/// and the log would grow without end).
+#[test]
+fn the_checkpointer_copies_the_log_while_the_server_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(config(dir.path()), true);
+    let db = dir.path().join("memory.db");
+    let start = std::fs::metadata(&db).unwrap().len();
+    for b in 0..16 {
+        let texts: Vec<String> = (0..25)
+            .map(|i| format!("batch {b} message {i} about the pottery kiln, the glaze and the raku firing"))
+            .collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let r = s.json("POST", "/v1/users/u/messages", None, msgs(&texts));
+        assert_eq!(r.status, 202, "{}", r.text);
+    }
+    s.idle();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let len = std::fs::metadata(&db).unwrap().len();
+        if len >= start + 256 * 1024 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "memory.db stayed at {len} bytes (from {start}): nothing checkpointed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.stop();
+}
+
 /// POST `len` bytes of a JSON body to `path` over a raw socket, by
 /// Content-Length or chunked, and return what the server answered.
 fn over_limit(url: &str, path: &str, len: usize, chunked: bool) -> String {

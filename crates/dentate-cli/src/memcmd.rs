@@ -410,10 +410,12 @@ pub struct LocomoArgs {
     /// existed).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     pub resolve_dates: bool,
-    /// Change pipeline settings to re-check a default, comma-separated
-    /// `key=value` pairs: amory.headline, amory.bind, amory.continuity,
-    /// amory.split, nemori.sigma_s, premem.continuation (each applies to
-    /// its own pipeline).
+    /// Change settings to re-check a default, comma-separated `key=value`
+    /// pairs: amory.headline, amory.bind, amory.continuity, amory.split,
+    /// nemori.sigma_s, premem.continuation (each applies to its own
+    /// pipeline); context.session, context.neighbour, context.pool,
+    /// context.snippets (how the context is ranked and packed, every
+    /// pipeline).
     #[arg(long)]
     pub set: Option<String>,
     /// Cut the ranked items at these numbers of items, comma-separated
@@ -485,6 +487,20 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
             .collect::<Result<_, _>>()?,
         None => Vec::new(),
     };
+    let (context_settings, settings): (Vec<_>, Vec<_>) = settings
+        .into_iter()
+        .partition(|(k, _)| dentate_memory::pipeline::CONTEXT_KEYS.contains(&k.trim()));
+    // Settings of the context apply to every pipeline, on top of the
+    // default; without any, each pipeline keeps its own default.
+    let context = if context_settings.is_empty() {
+        None
+    } else {
+        let mut c = dentate_memory::ContextConfig::default();
+        for (key, value) in &context_settings {
+            c.set(key.trim(), value)?;
+        }
+        Some(c)
+    };
     let pipelines = names(&a.pipeline)
         .map(|n| {
             let mut k = PipelineKind::parse(n)?.resolve_dates(a.resolve_dates);
@@ -514,6 +530,7 @@ pub fn eval_cmd(c: EvalCommand) -> Res<()> {
         pipeline_llm: llm.clone().filter(|_| a.llm_pipeline),
         judge_llm: llm.clone(),
         answer_budget: a.answer_budget,
+        context,
     };
     let out = eval::run(&ds, &opts, &workdir, &mut |m| eprintln!("{m}"))?;
     eprintln!("{}", out.split_line());

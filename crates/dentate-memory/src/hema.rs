@@ -17,9 +17,10 @@
 
 use crate::error::{MemoryError, Result};
 use crate::pipeline::{
-    Composed, Env, IngestReport, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text, resolve,
+    Composed, Env, IngestReport, Parts, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text,
+    render_grouped, resolve,
 };
-use crate::store::{Message, NewItem, Step};
+use crate::store::{Item, Message, NewItem, Step};
 use crate::summarize::{Summarizer, WordStats, summarizer};
 use crate::tokens;
 use crate::vecmem::VectorMemoryConfig;
@@ -260,17 +261,19 @@ impl Pipeline for Hema {
     }
 
     fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>> {
+        let hits = self.vectors.search(env, query, k)?;
+        resolve(env, &hits)
+    }
+
+    fn mark_retrieved(&mut self, env: &mut Env<'_>, ids: &[i64]) -> Result<()> {
         let turn = env
             .store
             .state(env.user, "hema", "turn")?
             .and_then(|t| t.parse().ok())
             .unwrap_or(0);
-        let hits = self.vectors.search(env, query, k)?;
-        let ids: Vec<i64> = hits.iter().map(|h| h.0).collect();
-        self.vectors.get(env)?.record_retrieval(&ids, turn);
+        self.vectors.get(env)?.record_retrieval(ids, turn);
         // Saved with the items, so the bonus survives a restart.
-        env.store.record_retrieval(env.user, &ids, turn)?;
-        resolve(env, &hits)
+        env.store.record_retrieval(env.user, ids, turn)
     }
 
     fn standing_context(&mut self, env: &mut Env<'_>) -> Result<String> {
@@ -284,7 +287,7 @@ impl Pipeline for Hema {
 
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {
         let st = Self::load_state(env)?;
-        let retrieved = self.retrieve(env, query, self.cfg.k)?;
+        let retrieved = crate::context::retrieve(self, env, query, self.cfg.k)?;
         let tail = Self::tail(env, st.turn, self.cfg.tail_turns)?;
         let system = format!("<system> {} </system>\n", self.cfg.system);
         let user = format!("<user> {query} </user>");
@@ -298,10 +301,9 @@ impl Pipeline for Hema {
             let mut p = system.clone();
             p.push_str(&compact_block(compact));
             p.push_str("<retrieved>\n");
-            for r in chunks {
-                p.push_str(&(self.renderer())(&r.item));
-                p.push('\n');
-            }
+            let parts = self.parts();
+            let lines: Vec<(&Item, Parts)> = chunks.iter().map(|r| (&r.item, parts(&r.item))).collect();
+            p.push_str(&render_grouped(&lines));
             p.push_str("</retrieved>\n<dialogue_tail>\n");
             for m in tail {
                 p.push_str(&message_text(m));

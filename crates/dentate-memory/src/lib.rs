@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod amory;
+pub mod context;
 pub mod dates;
 pub mod dump;
 pub mod erase;
@@ -56,8 +57,8 @@ pub use llm::{ChatConfig, OpenAiChat};
 pub use memory::{Found, IndexImages, MAX_SEARCH_DEPTH, Memory, PipelineKind};
 pub use nemori::{Nemori, NemoriConfig};
 pub use pipeline::{
-    Composed, Cut, DEFAULT_FUSION, Env, HASHING_FUSION, IngestReport, Packed, Packer, Pipeline, Retrieved, Retriever,
-    Sayer, is_hashing_embedder,
+    Composed, ContextConfig, Cut, DEFAULT_CONTEXT, DEFAULT_FUSION, Env, HASHING_FUSION, IngestReport, Packed, Packer,
+    Pipeline, Retrieved, Retriever, Sayer, is_hashing_embedder,
 };
 pub use premem::{Premem, PrememConfig};
 pub use rag::{Rag, RagConfig};

@@ -7,7 +7,8 @@ use crate::hema::{Hema, HemaConfig};
 use crate::llm::Llm;
 use crate::nemori::{Nemori, NemoriConfig};
 use crate::pipeline::{
-    Composed, Cut, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever, Sayer, check_embedder, embedder_matches,
+    Composed, ContextConfig, Cut, Env, IngestReport, Packer, Pipeline, Retrieved, Retriever, Sayer, check_embedder,
+    embedder_matches,
 };
 use crate::premem::{Premem, PrememConfig};
 use crate::rag::{Rag, RagConfig};
@@ -106,15 +107,17 @@ impl PipelineKind {
     }
 
     /// Turns the relative-date annotation of RAG's, HEMA's and Nemori's
-    /// items ([`crate::dates::annotate`], on by default) on or off; Amory
-    /// keeps its texts as said (its fragments carry their message's date)
-    /// and PREMem always resolves dates into its fragments' times.
+    /// items ([`crate::dates::annotate`], on by default) on or off, and
+    /// Amory's (its texts are stored as said; fragments and facts show
+    /// and say the annotation); PREMem always resolves dates into its
+    /// fragments' times.
     pub fn resolve_dates(mut self, on: bool) -> Self {
         match &mut self {
             PipelineKind::Rag(c) => c.resolve_dates = on,
             PipelineKind::Hema(c) => c.resolve_dates = on,
             PipelineKind::Nemori(c) => c.resolve_dates = on,
-            PipelineKind::Amory(_) | PipelineKind::Premem(_) => {}
+            PipelineKind::Amory(c) => c.resolve_dates = on,
+            PipelineKind::Premem(_) => {}
         }
         self
     }
@@ -172,6 +175,17 @@ impl PipelineKind {
         Ok(self)
     }
 
+    /// The context ranking a memory of this pipeline starts with: the
+    /// default ([`crate::DEFAULT_CONTEXT`]) except for Nemori, whose
+    /// multi-turn episodes it ranks worse on the tune split (off there;
+    /// see BENCHMARKS.md).
+    pub fn default_context(&self) -> ContextConfig {
+        match self {
+            PipelineKind::Nemori(_) => ContextConfig::off(),
+            _ => ContextConfig::default(),
+        }
+    }
+
     fn build(&self) -> Box<dyn Pipeline> {
         match self {
             PipelineKind::Rag(c) => Box::new(Rag::new(c.clone())),
@@ -219,6 +233,7 @@ pub struct Memory {
     unsaved: HashSet<String>,
     defer_saves: bool,
     relax_processing: bool,
+    context: ContextConfig,
 }
 
 impl std::fmt::Debug for Memory {
@@ -278,6 +293,7 @@ impl Memory {
         embedder: Arc<dyn Embedder>,
         llm: Option<Arc<dyn Llm>>,
     ) -> Memory {
+        let context = kind.default_context();
         Memory {
             store,
             retriever: Retriever::default_for(&embedder.name()),
@@ -288,6 +304,7 @@ impl Memory {
             unsaved: HashSet::new(),
             defer_saves: false,
             relax_processing: false,
+            context,
         }
     }
 
@@ -430,6 +447,7 @@ impl Memory {
             llm: self.llm.as_deref(),
             user,
             retriever: self.retriever,
+            context: self.context,
         };
         // A user's indexes are opened (or rebuilt from the store) on first
         // use: vectors of another embedder must never reach them.
@@ -551,12 +569,26 @@ impl Memory {
         self.process(user, &mut |_, _| {})
     }
 
-    /// The `k` items most relevant to `query`, with provenance.
+    /// The `k` items most relevant to `query`, with provenance: the
+    /// pipeline's ranking, re-ordered by the context ranking
+    /// ([`Memory::set_context_ranking`]).
     pub fn retrieve(&mut self, user: &str, query: &str, k: usize) -> Result<Vec<Retrieved>> {
         if k == 0 {
             return Err(MemoryError::Invalid("k must be at least 1".into()));
         }
-        self.with(user, |p, env| p.retrieve(env, query, k))
+        self.with(user, |p, env| crate::context::retrieve(p, env, query, k))
+    }
+
+    /// Sets how retrieved items are ranked and packed for the context
+    /// (sessions, neighbours, snippets; [`ContextConfig`]; by default
+    /// [`PipelineKind::default_context`]).
+    pub fn set_context_ranking(&mut self, cfg: ContextConfig) {
+        self.context = cfg;
+    }
+
+    /// The context ranking in use.
+    pub fn context_ranking(&self) -> ContextConfig {
+        self.context
     }
 
     /// The memories of `user` for `query`, best first, cut at `cut`: the
@@ -607,10 +639,8 @@ impl Memory {
             },
             Cut::Budget(_) => {
                 let packed = self.packer(user)?.pack(&ranked, cut);
-                let mut results = ranked;
-                results.truncate(packed.items);
                 Found {
-                    results,
+                    results: packed.chosen(&ranked),
                     tokens: Some(packed.tokens),
                 }
             }
@@ -620,12 +650,7 @@ impl Memory {
     /// How the pipeline packs retrieved items into its prompt for `user`:
     /// its standing context (HEMA: the compact summary) and item renderer.
     pub fn packer(&mut self, user: &str) -> Result<Packer> {
-        self.with(user, |p, env| {
-            Ok(Packer {
-                standing: p.standing_context(env)?,
-                render: p.renderer(),
-            })
-        })
+        self.with(user, |p, env| Ok(Packer::new(p.standing_context(env)?, p.parts())))
     }
 
     /// What packed items and the standing context of `user` say, for
@@ -711,6 +736,7 @@ impl Memory {
                 llm: self.llm.as_deref(),
                 user,
                 retriever: self.retriever,
+                context: self.context,
             };
             let mut files = p.index_files(&env);
             // The version stamp first: files without one are never trusted.

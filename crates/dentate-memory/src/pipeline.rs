@@ -23,6 +23,8 @@ pub struct Env<'a> {
     pub user: &'a str,
     /// How items are found for a query.
     pub retriever: Retriever,
+    /// How retrieved items are ranked and packed for a prompt.
+    pub context: ContextConfig,
 }
 
 /// How a pipeline finds items for a query: by embedding similarity, by
@@ -113,6 +115,118 @@ impl Retriever {
     }
 }
 
+/// Weights of the context ranking. Scores are the pipeline's own, divided
+/// by the best one's (negative ones count as 0); an item's new score is
+/// its own plus `session` × its session's score (the best item's plus
+/// half the second best's) plus `neighbour` × the best score of an item
+/// adjacent to it (the messages just before or after its own, in the same
+/// session).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContextConfig {
+    /// Weight of the session's score.
+    pub session: f32,
+    /// Weight of the best adjacent item's score.
+    pub neighbour: f32,
+    /// How many times deeper than asked the pipeline's list is retrieved
+    /// to re-rank (at least 1).
+    pub pool: f32,
+    /// Within a budget, items packed past the first this many show only
+    /// their sentences about the question ([`Packer::focused`]);
+    /// `None`: every item whole.
+    pub snippets: Option<usize>,
+}
+
+/// The context ranking's defaults: chosen on the tune split of
+/// `locomo-dev.json` (conv-26, conv-30) with MiniLM, never on the
+/// held-out conversations (see BENCHMARKS.md).
+pub const DEFAULT_CONTEXT: ContextConfig = ContextConfig {
+    session: 0.4,
+    neighbour: 0.2,
+    pool: 2.0,
+    snippets: None,
+};
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        DEFAULT_CONTEXT
+    }
+}
+
+/// The keys [`ContextConfig::set`] takes.
+pub const CONTEXT_KEYS: &[&str] = &[
+    "context.session",
+    "context.neighbour",
+    "context.pool",
+    "context.snippets",
+];
+
+impl ContextConfig {
+    /// No re-ranking and no snippets.
+    pub fn off() -> Self {
+        ContextConfig {
+            session: 0.0,
+            neighbour: 0.0,
+            pool: 1.0,
+            snippets: None,
+        }
+    }
+
+    /// No re-ranking: both weights 0.
+    pub fn is_off(&self) -> bool {
+        self.session == 0.0 && self.neighbour == 0.0
+    }
+
+    /// Sets one of [`CONTEXT_KEYS`] (`context.session=0.3`); a weight must
+    /// be finite and in `[0, 10]`, the pool in `[1, 16]`; snippets `off`
+    /// or the number of items kept whole (up to 10,000).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        if key == "context.snippets" {
+            self.snippets = match value.trim() {
+                "off" => None,
+                v => Some(v.parse::<usize>().ok().filter(|&n| n <= 10_000).ok_or_else(|| {
+                    MemoryError::Invalid(format!("bad value `{value}` for `{key}` (off or a number of items)"))
+                })?),
+            };
+            return Ok(());
+        }
+        let v = value
+            .trim()
+            .parse::<f32>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| MemoryError::Invalid(format!("bad value `{value}` for `{key}`")))?;
+        let range = |lo: f32, hi: f32| -> Result<f32> {
+            if (lo..=hi).contains(&v) {
+                Ok(v)
+            } else {
+                Err(MemoryError::Invalid(format!(
+                    "`{key}` must be between {lo} and {hi}, not {v}"
+                )))
+            }
+        };
+        match key {
+            "context.session" => self.session = range(0.0, 10.0)?,
+            "context.neighbour" => self.neighbour = range(0.0, 10.0)?,
+            "context.pool" => self.pool = range(1.0, 16.0)?,
+            _ => {
+                return Err(MemoryError::Invalid(format!(
+                    "unknown setting `{key}` ({})",
+                    CONTEXT_KEYS.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// How deep to retrieve for `k` items.
+    pub fn depth(&self, k: usize) -> usize {
+        if self.is_off() {
+            return k;
+        }
+        ((k as f64 * f64::from(self.pool)).ceil() as usize).max(k)
+    }
+}
+
 /// A retrieved memory item with its score and provenance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Retrieved {
@@ -122,6 +236,11 @@ pub struct Retrieved {
     pub score: f32,
     /// The caller's ids of the source messages (LoCoMo `dia_id`s), in order.
     pub source_refs: Vec<String>,
+    /// The conversation session of its first source message, if known.
+    pub session: Option<String>,
+    /// The first and last position ([`Message::seq`]) of its source
+    /// messages in that session, if known.
+    pub span: Option<(i64, i64)>,
 }
 
 /// A prompt composed within a token budget.
@@ -135,32 +254,6 @@ pub struct Composed {
     pub included: Vec<Retrieved>,
     /// Retrieved items dropped to fit the budget.
     pub trimmed: usize,
-}
-
-impl Composed {
-    /// The prompt `prompt_of(n)` of the first `n` of `retrieved` (ranked),
-    /// dropping the lowest-ranked items while it exceeds `budget`: items
-    /// packed one by one can come out a token or two longer once joined
-    /// (tokens merge across seams, or a reordering moves them).
-    pub(crate) fn fit(
-        retrieved: &[Retrieved],
-        mut n: usize,
-        budget: usize,
-        prompt_of: impl Fn(usize) -> String,
-    ) -> Composed {
-        n = n.min(retrieved.len());
-        let mut prompt = prompt_of(n);
-        while tokens::count(&prompt) > budget && n > 0 {
-            n -= 1;
-            prompt = prompt_of(n);
-        }
-        Composed {
-            tokens: tokens::count(&prompt),
-            trimmed: retrieved.len() - n,
-            included: retrieved[..n].to_vec(),
-            prompt,
-        }
-    }
 }
 
 /// Fails when the question and the frame around the memories (`fixed`
@@ -203,8 +296,16 @@ pub trait Pipeline: Send {
     fn flush(&mut self, _env: &mut Env<'_>) -> Result<IngestReport> {
         Ok(IngestReport::default())
     }
-    /// The `k` items most relevant to `query`, best first.
+    /// The `k` items most relevant to `query`, best first (candidates:
+    /// what is returned to a caller is marked by
+    /// [`Pipeline::mark_retrieved`]).
     fn retrieve(&mut self, env: &mut Env<'_>, query: &str, k: usize) -> Result<Vec<Retrieved>>;
+    /// Notes that the items `ids` were returned for a query (HEMA: the
+    /// retrieval bonus of salience decay). Pipelines that keep no such
+    /// marks do nothing.
+    fn mark_retrieved(&mut self, _env: &mut Env<'_>, _ids: &[i64]) -> Result<()> {
+        Ok(())
+    }
     /// A prompt for answering `query` within `budget` tokens.
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed>;
     /// What the prompt always carries before the retrieved items (HEMA:
@@ -213,14 +314,15 @@ pub trait Pipeline: Send {
     fn standing_context(&mut self, _env: &mut Env<'_>) -> Result<String> {
         Ok(String::new())
     }
-    /// How [`Pipeline::compose`] renders one retrieved item into the prompt
-    /// (its text plus its time, title or key).
-    fn renderer(&self) -> fn(&Item) -> String {
-        render_item
+    /// How [`Pipeline::compose`] places one retrieved item in the prompt:
+    /// the time it is grouped under and its line there (text plus title,
+    /// kind or key, no date; [`Packer`]).
+    fn parts(&self) -> fn(&Item) -> Parts {
+        item_parts
     }
     /// What one item *says*, for answer recall: its text and any date
     /// resolution derived from it (`(yesterday = 7 May 2023)`), without the
-    /// date, title or header [`Pipeline::renderer`] adds around it.
+    /// date line, title or kind [`Pipeline::parts`] shows around it.
     fn sayer(&self) -> fn(&Item) -> String {
         said_item
     }
@@ -584,20 +686,24 @@ pub(crate) fn resolve(env: &Env<'_>, hits: &[(i64, f32)]) -> Result<Vec<Retrieve
     let mut sources: Vec<i64> = items.values().flat_map(|it| it.sources.iter().copied()).collect();
     sources.sort_unstable();
     sources.dedup();
-    let refs: std::collections::HashMap<i64, String> = env
-        .store
-        .messages(&sources)?
-        .into_iter()
-        .map(|m| (m.id, m.into_ref()))
-        .collect();
+    let msgs: std::collections::HashMap<i64, Message> =
+        env.store.messages(&sources)?.into_iter().map(|m| (m.id, m)).collect();
     let mut out = Vec::with_capacity(hits.len());
     for &(id, score) in hits {
         let Some(item) = items.remove(&id) else { continue };
-        let source_refs = item.sources.iter().filter_map(|s| refs.get(s).cloned()).collect();
+        let of_item: Vec<&Message> = item.sources.iter().filter_map(|s| msgs.get(s)).collect();
+        let source_refs = of_item.iter().map(|m| (*m).clone().into_ref()).collect();
+        let session = of_item.first().map(|m| m.msg.session.clone());
+        let in_session = of_item.iter().filter(|m| Some(&m.msg.session) == session.as_ref());
+        let span = in_session
+            .map(|m| (m.seq, m.seq))
+            .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
         out.push(Retrieved {
             item,
             score,
             source_refs,
+            session,
+            span,
         });
     }
     Ok(out)
@@ -649,17 +755,58 @@ pub fn message_text(m: &Message) -> String {
     format!("{}: {}", m.msg.speaker, m.msg.text)
 }
 
-/// How an item is shown in a prompt: `[date] text`.
-pub fn render_item(item: &Item) -> String {
-    match item.said_at {
-        Some(t) => format!("[{}] {}", human_date(t), item.text),
-        None => item.text.clone(),
+/// Where an item goes in a packed context ([`Packer`]): the time it is
+/// grouped under (one date line per day) and the line it shows as there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parts {
+    /// When it was said; `None`: shown before every dated group, undated.
+    pub time: Option<i64>,
+    /// Its line under the date: text plus title, kind or key, no date.
+    pub body: String,
+}
+
+/// The default [`Parts`] of an item: its time and its text.
+pub fn item_parts(item: &Item) -> Parts {
+    Parts {
+        time: item.said_at,
+        body: item.text.clone(),
     }
 }
 
+/// The day (UTC) a time falls on, as the date lines group it.
+fn day(t: i64) -> i64 {
+    t.div_euclid(86_400)
+}
+
+/// Items rendered compactly, as every prompt holds them: undated lines
+/// first, then one `[8 May 2023]` line per day in time order, with the
+/// lines of that day's items under it in the order they were said (time,
+/// then first source message, then id).
+pub fn render_grouped(items: &[(&Item, Parts)]) -> String {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| {
+        let (it, p) = &items[i];
+        (p.time.map(day), p.time, it.sources.first().copied(), it.id)
+    });
+    let mut out = String::new();
+    let mut open = None;
+    for i in order {
+        let (_, p) = &items[i];
+        if let Some(t) = p.time
+            && open != Some(day(t))
+        {
+            out.push_str(&format!("[{}]\n", human_date(t)));
+            open = Some(day(t));
+        }
+        out.push_str(&p.body);
+        out.push('\n');
+    }
+    out
+}
+
 /// What an item says by default: its stored text (which carries the date
-/// resolutions a pipeline derived from it), without the date header
-/// [`render_item`] adds.
+/// resolutions a pipeline derived from it), without the date line
+/// [`render_grouped`] shows it under.
 pub fn said_item(item: &Item) -> String {
     item.text.clone()
 }
@@ -676,17 +823,25 @@ pub struct Sayer {
 }
 
 impl Sayer {
-    /// What `used` (the items a [`Packed`] holds, in order) and the
-    /// standing context say, one item per line; `standing_fits` is whether
-    /// the pack holds the whole standing context (when a budget cut it,
-    /// its saying is cut to `budget` tokens too).
-    pub fn said(&self, used: &[Retrieved], standing_fits: bool, budget: Option<usize>) -> String {
+    /// What the items `packed` holds of `ranked` and the standing context
+    /// say, one item per line (a snippet says only its sentences:
+    /// [`Packed::said_items`] with `packer`'s focus); `standing_fits` is
+    /// whether the pack holds the whole standing context (when a budget
+    /// cut it, its saying is cut to `budget` tokens too).
+    pub fn said(
+        &self,
+        packer: &Packer,
+        packed: &Packed,
+        ranked: &[Retrieved],
+        standing_fits: bool,
+        budget: Option<usize>,
+    ) -> String {
         let mut out = match (standing_fits, budget) {
             (false, Some(b)) => tokens::truncate(&self.standing, b),
             _ => self.standing.clone(),
         };
-        for r in used {
-            out.push_str(&(self.say)(&r.item));
+        for line in packed.said_items(ranked, self.say, packer.focus.as_ref()) {
+            out.push_str(&line);
             out.push('\n');
         }
         out
@@ -729,44 +884,135 @@ impl Cut {
 }
 
 /// Packs ranked items into a context the way a pipeline's prompt holds
-/// them: its standing context first, then one rendered item per line.
+/// them: its standing context first, then the chosen items rendered by
+/// [`render_grouped`] (one date line per day, not one per item); within a
+/// budget, near-duplicates of items already chosen are left out
+/// ([`NEAR_DUPLICATE`]).
 #[derive(Debug, Clone)]
 pub struct Packer {
     /// [`Pipeline::standing_context`].
     pub standing: String,
-    /// [`Pipeline::renderer`].
-    pub render: fn(&Item) -> String,
+    /// [`Pipeline::parts`].
+    pub parts: fn(&Item) -> Parts,
+    /// Within a budget, items past the first `whole` packed show only the
+    /// sentences about the question ([`crate::text::focused_snippet`]);
+    /// `None`: every item whole.
+    pub focus: Option<Focus>,
+}
+
+/// What a [`Packer`] cuts items down to: the question's stems
+/// ([`crate::text::focus_of`]) and how many packed items stay whole first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Focus {
+    /// The question's stems.
+    pub stems: std::collections::BTreeSet<String>,
+    /// Items packed whole before snippets begin.
+    pub whole: usize,
 }
 
 /// A context packed from ranked items by [`Packer::pack`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Packed {
-    /// The standing context followed by the packed items, one per line.
+    /// The standing context followed by the packed items.
     pub text: String,
     /// Tokens of `text` (o200k_base, as the prompt composer counts).
     pub tokens: usize,
-    /// How many of the ranked items were packed (a prefix).
-    pub items: usize,
-    /// Whether every given item was packed (a deeper list might pack more).
+    /// The positions in the ranked list of the items packed, ascending.
+    pub shown: Vec<usize>,
+    /// Which of them show as a snippet (same order as `shown`).
+    pub snipped: Vec<bool>,
+    /// How many of the ranked items packing went through (a prefix: each
+    /// was packed or left out as a near-duplicate).
+    pub reach: usize,
+    /// Whether packing went through every given item (a deeper list might
+    /// pack more).
     pub exhausted: bool,
 }
 
+impl Packed {
+    /// The packed items of `ranked` (the list given to [`Packer::pack`]),
+    /// best first.
+    pub fn chosen(&self, ranked: &[Retrieved]) -> Vec<Retrieved> {
+        self.shown.iter().filter_map(|&i| ranked.get(i).cloned()).collect()
+    }
+
+    /// What each packed item of `ranked` says ([`Sayer::say`]), cut to the
+    /// same sentences where it shows as a snippet of `focus`.
+    pub fn said_items(&self, ranked: &[Retrieved], say: fn(&Item) -> String, focus: Option<&Focus>) -> Vec<String> {
+        self.shown
+            .iter()
+            .zip(&self.snipped)
+            .filter_map(|(&i, &cut)| {
+                let said = say(&ranked.get(i)?.item);
+                Some(match (cut, focus) {
+                    (true, Some(f)) => crate::text::focused_snippet(&said, &f.stems).unwrap_or(said),
+                    _ => said,
+                })
+            })
+            .collect()
+    }
+}
+
+/// An item whose line's content words are at least this share of another
+/// chosen item's is a near-duplicate and is not packed (lines of fewer
+/// than [`NEAR_DUPLICATE_MIN_WORDS`] content words never are).
+pub const NEAR_DUPLICATE: f64 = 0.9;
+/// See [`NEAR_DUPLICATE`].
+pub const NEAR_DUPLICATE_MIN_WORDS: usize = 4;
+
+/// Whether `words` are a near-duplicate of one of `chosen`.
+fn near_duplicate(words: &std::collections::BTreeSet<String>, chosen: &[std::collections::BTreeSet<String>]) -> bool {
+    words.len() >= NEAR_DUPLICATE_MIN_WORDS
+        && chosen.iter().any(|c| {
+            let shared = words.iter().filter(|w| c.contains(*w)).count();
+            shared as f64 >= NEAR_DUPLICATE * words.len() as f64
+        })
+}
+
 impl Packer {
-    /// Packs `ranked` in rank order up to `cut`: the first `k` items, or
+    /// A packer of `parts` after a `standing` context, items whole.
+    pub fn new(standing: String, parts: fn(&Item) -> Parts) -> Packer {
+        Packer {
+            standing,
+            parts,
+            focus: None,
+        }
+    }
+
+    /// This packer with `context`'s snippets for `question`, if it has any
+    /// ([`ContextConfig::snippets`]).
+    pub fn for_context(self, context: &ContextConfig, question: &str) -> Packer {
+        match context.snippets {
+            Some(whole) => self.focused(question, whole),
+            None => self,
+        }
+    }
+
+    /// This packer cutting items past the first `whole` to the sentences
+    /// about `question` (see [`Packer::focus`]).
+    pub fn focused(mut self, question: &str, whole: usize) -> Packer {
+        self.focus = Some(Focus {
+            stems: crate::text::focus_of(question),
+            whole,
+        });
+        self
+    }
+
+    /// Packs `ranked` in rank order up to `cut`: the top `k` items, or
     /// items while the whole text stays within the budget, stopping at the
-    /// first that does not fit. The token count is that of the whole
-    /// packed text, never more than a budget: a standing context longer
-    /// than the budget is truncated to it. Packing is monotone: a larger
-    /// budget packs the same items or more.
+    /// first that does not fit and passing over near-duplicates of items
+    /// already chosen. An
+    /// item costs its line plus, when it opens a day, that day's date
+    /// line. The token count is that of the whole packed text, never more
+    /// than a budget: a standing context longer than the budget is
+    /// truncated to it. Packing is monotone: a larger budget packs the
+    /// same items or more.
     pub fn pack(&self, ranked: &[Retrieved], cut: Cut) -> Packed {
-        let line = |r: &Retrieved| (self.render)(&r.item) + "\n";
-        // Items are rendered only as far as the cut can reach.
-        let (standing, mut lines, limit) = match cut {
-            Cut::K(k) => (
-                self.standing.clone(),
-                ranked.iter().take(k).map(line).collect(),
-                usize::MAX,
-            ),
+        // The top k are what retrieve(k) returns; only a budget is spared
+        // near-duplicates.
+        let dedup = matches!(cut, Cut::Budget(_));
+        let (standing, limit, k) = match cut {
+            Cut::K(k) => (self.standing.clone(), usize::MAX, k),
             Cut::Budget(budget) => {
                 let mut standing = self.standing.clone();
                 let mut max = budget;
@@ -774,36 +1020,96 @@ impl Packer {
                     standing = tokens::truncate(&self.standing, max);
                     max = max.saturating_sub(1);
                 }
-                // Sum of per-line counts first (cheap); the exact count of
-                // the joined text is checked below.
-                let mut used = tokens::count(&standing);
-                let mut lines: Vec<String> = Vec::new();
-                for r in ranked {
-                    let l = line(r);
-                    let t = tokens::count(&l);
-                    if used + t > budget {
-                        break;
-                    }
-                    used += t;
-                    lines.push(l);
-                }
-                (standing, lines, budget)
+                (standing, budget, usize::MAX)
             }
         };
-        // Drop items while the joined text is over the budget (BPE merges
+        // Sum of per-line counts first (cheap); the exact count of the
+        // joined text is checked below.
+        let mut used = tokens::count(&standing);
+        let mut chosen: Vec<(usize, Parts)> = Vec::new();
+        let mut snipped: Vec<bool> = Vec::new();
+        let mut words: Vec<std::collections::BTreeSet<String>> = Vec::new();
+        let mut days = std::collections::HashSet::new();
+        let mut reach = 0;
+        for (i, r) in ranked.iter().enumerate() {
+            if chosen.len() == k {
+                break;
+            }
+            let mut p = (self.parts)(&r.item);
+            let mut cut_down = false;
+            if let Some(f) = &self.focus
+                && dedup
+                && chosen.len() >= f.whole
+                && let Some(s) = crate::text::focused_snippet(&p.body, &f.stems)
+            {
+                p.body = s;
+                cut_down = true;
+            }
+            let w = crate::text::content_words(&p.body);
+            if dedup && near_duplicate(&w, &words) {
+                reach = i + 1;
+                continue;
+            }
+            let mut t = tokens::count(&(p.body.clone() + "\n"));
+            if let Some(time) = p.time
+                && !days.contains(&day(time))
+            {
+                t += tokens::count(&format!("[{}]\n", human_date(time)));
+            }
+            if used + t > limit {
+                break;
+            }
+            used += t;
+            if let Some(time) = p.time {
+                days.insert(day(time));
+            }
+            words.push(w);
+            chosen.push((i, p));
+            snipped.push(cut_down);
+            reach = i + 1;
+        }
+        // Drop items while the joined text is over the limit (BPE merges
         // across line ends can make it a token or two longer than the sum).
         loop {
-            let text = standing.clone() + &lines.concat();
+            let lines: Vec<(&Item, Parts)> = chosen.iter().map(|(i, p)| (&ranked[*i].item, p.clone())).collect();
+            let text = standing.clone() + &render_grouped(&lines);
             let tokens = tokens::count(&text);
-            if tokens <= limit || lines.is_empty() {
+            if tokens <= limit || chosen.is_empty() {
                 return Packed {
                     text,
                     tokens,
-                    items: lines.len(),
-                    exhausted: lines.len() == ranked.len(),
+                    exhausted: reach == ranked.len(),
+                    shown: chosen.iter().map(|(i, _)| *i).collect(),
+                    snipped,
+                    reach,
                 };
             }
-            lines.pop();
+            if let Some((i, _)) = chosen.pop() {
+                snipped.pop();
+                reach = i;
+            }
+        }
+    }
+
+    /// The prompt `head`, packed items, `tail` within `budget` tokens
+    /// (the room for the items shrinks while the joined prompt is over
+    /// it); [`Composed::included`] holds the packed items, best first.
+    pub(crate) fn compose(&self, ranked: &[Retrieved], head: &str, tail: &str, budget: usize) -> Composed {
+        let fixed = tokens::count(head) + tokens::count(tail);
+        let mut room = budget.saturating_sub(fixed);
+        loop {
+            let packed = self.pack(ranked, Cut::Budget(room));
+            let prompt = format!("{head}{}{tail}", packed.text);
+            let t = tokens::count(&prompt);
+            if t <= budget || room == 0 {
+                return Composed {
+                    tokens: t,
+                    trimmed: ranked.len() - packed.shown.len(),
+                    included: packed.chosen(ranked),
+                    prompt,
+                };
+            }
+            room -= 1;
         }
     }
 }
@@ -822,23 +1128,7 @@ pub(crate) fn embed_batch(embedder: &dyn Embedder, texts: &[String]) -> Result<V
 mod tests {
     use super::*;
 
-    #[test]
-    fn items_render_with_their_date() {
-        let it = Item {
-            id: 1,
-            user: "u".into(),
-            pipeline: "rag".into(),
-            kind: "turn".into(),
-            text: "Ann: hello".into(),
-            sources: vec![1],
-            said_at: Some(1_683_554_160),
-            refers_to: None,
-            turn: 1,
-            parent: None,
-            created_at: 0,
-        };
-        assert_eq!(render_item(&it), "[8 May 2023] Ann: hello");
-    }
+    const MAY_8: i64 = 1_683_554_160;
 
     fn ranked(texts: &[&str]) -> Vec<Retrieved> {
         texts
@@ -852,7 +1142,7 @@ mod tests {
                     kind: "turn".into(),
                     text: t.to_string(),
                     sources: vec![i as i64],
-                    said_at: (i % 2 == 0).then_some(1_683_554_160 + 86_400 * i as i64),
+                    said_at: (i % 2 == 0).then_some(MAY_8 + 86_400 * i as i64),
                     refers_to: None,
                     turn: i as i64,
                     parent: None,
@@ -860,8 +1150,58 @@ mod tests {
                 },
                 score: 1.0 - i as f32 / 100.0,
                 source_refs: vec![format!("D1:{i}")],
+                session: None,
+                span: None,
             })
             .collect()
+    }
+
+    fn packer(standing: &str) -> Packer {
+        Packer::new(standing.to_string(), item_parts)
+    }
+
+    #[test]
+    fn items_are_grouped_under_one_date_line_per_day_in_the_order_said() {
+        // Ranked: a late turn of 8 May, an undated one, a turn of 10 May,
+        // an early turn of 8 May (same session time, earlier message).
+        let mut items = ranked(&["Ann: later", "Bob: undated", "Ann: tenth", "Bob: earlier"]);
+        items[3].item.said_at = Some(MAY_8);
+        items[3].item.sources = vec![-1];
+        items[2].item.said_at = Some(MAY_8 + 2 * 86_400);
+        let p = packer("").pack(&items, Cut::K(4));
+        assert_eq!(
+            p.text,
+            "Bob: undated\n[8 May 2023]\nBob: earlier\nAnn: later\n[10 May 2023]\nAnn: tenth\n"
+        );
+        assert_eq!((p.shown, p.reach, p.exhausted), (vec![0, 1, 2, 3], 4, true));
+        // A date line is paid once per day: a budget that holds one dated
+        // turn with its date line holds a second turn of that day with one
+        // more line's worth of tokens only.
+        let mut same = ranked(&["Ann: one", "Ann: two"]);
+        same[1].item.said_at = Some(MAY_8 + 3_600);
+        let one = packer("").pack(&same, Cut::K(1));
+        let both = packer("").pack(&same, Cut::Budget(one.tokens + tokens::count("Ann: two\n")));
+        assert_eq!(both.text, "[8 May 2023]\nAnn: one\nAnn: two\n");
+    }
+
+    #[test]
+    fn near_duplicates_are_passed_over_and_not_credited() {
+        let items = ranked(&[
+            "Ann: I adopted a grey cat called Pixel last week",
+            "Ann: adopted a grey cat called Pixel last week!",
+            "Bob: my grey cat is called Pixel too",
+            "Ann: ok ok ok",
+            "Ann: ok ok ok",
+        ]);
+        assert_eq!(packer("").pack(&items, Cut::K(10)).shown.len(), 5, "k keeps them");
+        let p = packer("").pack(&items, Cut::Budget(1000));
+        // The second repeats the first; short lines are never dropped.
+        assert_eq!(p.shown, [0, 2, 3, 4]);
+        assert_eq!(p.reach, 5);
+        let chosen = p.chosen(&items);
+        assert_eq!(chosen.len(), 4);
+        assert!(chosen.iter().all(|r| r.item.id != 1));
+        assert!(!p.text.contains("adopted a grey cat called Pixel last week!"));
     }
 
     #[test]
@@ -877,40 +1217,41 @@ mod tests {
         ];
         let items = ranked(&texts);
         for standing in ["", "<compact> Ann has a cat; Bob runs marathons. </compact>\n"] {
-            let packer = Packer {
-                standing: standing.to_string(),
-                render: render_item,
-            };
-            let mut last = 0;
+            let packer = packer(standing);
+            let mut last: Vec<usize> = Vec::new();
             for budget in 1..=160 {
                 let p = packer.pack(&items, Cut::Budget(budget));
                 assert!(p.tokens <= budget, "{p:?} over {budget}");
                 assert_eq!(p.tokens, tokens::count(&p.text));
-                assert!(p.items >= last, "budget {budget}: {} items after {last}", p.items);
-                last = p.items;
+                assert!(
+                    p.shown.starts_with(&last),
+                    "budget {budget}: {:?} after {last:?}",
+                    p.shown
+                );
+                last = p.shown.clone();
                 assert!(p.text.starts_with(&tokens::truncate(standing, budget)));
                 // Greedy in rank order: the next item would not have fitted.
-                if p.items < items.len() {
-                    let next = format!("{}{}\n", p.text, render_item(&items[p.items].item));
-                    assert!(tokens::count(&next) > budget);
+                if p.reach < items.len() {
+                    let mut more = p.chosen(&items);
+                    more.push(items[p.reach].clone());
+                    let lines: Vec<(&Item, Parts)> = more.iter().map(|r| (&r.item, item_parts(&r.item))).collect();
+                    let next = tokens::truncate(standing, budget) + &render_grouped(&lines);
+                    assert!(tokens::count(&next) > budget, "budget {budget}: {next}");
                 }
             }
-            assert_eq!(last, items.len(), "everything fits in 160 tokens");
+            assert_eq!(last.len(), items.len(), "everything fits in 160 tokens");
             // A standing context longer than the budget is cut to it.
             if !standing.is_empty() {
                 let p = packer.pack(&items, Cut::Budget(3));
-                assert_eq!((p.items, p.tokens <= 3), (0, true));
+                assert_eq!((p.shown.len(), p.tokens <= 3), (0, true));
             }
         }
     }
 
     #[test]
-    fn a_sayer_leaves_out_the_date_headers_of_the_rendering() {
+    fn a_sayer_leaves_out_the_date_lines_of_the_rendering() {
         let items = ranked(&["Ann: one", "Bob: two (yesterday = 8 May 2023)"]);
-        let packer = Packer {
-            standing: "<compact> Ann counts. </compact>\n".into(),
-            render: render_item,
-        };
+        let packer = packer("<compact> Ann counts. </compact>\n");
         let sayer = Sayer {
             standing: packer.standing.clone(),
             say: said_item,
@@ -918,30 +1259,48 @@ mod tests {
         let p = packer.pack(&items, Cut::K(2));
         assert_eq!(
             p.text,
-            "<compact> Ann counts. </compact>\n[8 May 2023] Ann: one\nBob: two (yesterday = 8 May 2023)\n"
+            "<compact> Ann counts. </compact>\nBob: two (yesterday = 8 May 2023)\n[8 May 2023]\nAnn: one\n"
         );
-        let said = sayer.said(&items[..p.items], true, None);
+        let said = sayer.said(&packer, &p, &items, true, None);
         assert_eq!(
             said,
             "<compact> Ann counts. </compact>\nAnn: one\nBob: two (yesterday = 8 May 2023)\n"
         );
         // A standing context cut by a budget is cut in what it says too.
-        assert_eq!(sayer.said(&[], false, Some(3)), tokens::truncate(&sayer.standing, 3));
+        let none = packer.pack(&[], Cut::K(1));
+        assert_eq!(
+            sayer.said(&packer, &none, &[], false, Some(3)),
+            tokens::truncate(&sayer.standing, 3)
+        );
     }
 
     #[test]
     fn packing_by_k_takes_the_top_k() {
         let items = ranked(&["Ann: one", "Bob: two", "Ann: three"]);
-        let packer = Packer {
-            standing: String::new(),
-            render: render_item,
-        };
+        let packer = packer("");
         let p = packer.pack(&items, Cut::K(2));
-        assert_eq!(p.items, 2);
+        assert_eq!(p.shown, [0, 1]);
         assert!(!p.exhausted);
-        assert_eq!(p.text, "[8 May 2023] Ann: one\nBob: two\n");
+        assert_eq!(p.text, "Bob: two\n[8 May 2023]\nAnn: one\n");
         let p = packer.pack(&items, Cut::K(10));
-        assert_eq!((p.items, p.exhausted), (3, true));
-        assert_eq!(packer.pack(&[], Cut::Budget(100)).items, 0);
+        assert_eq!((p.shown.len(), p.exhausted), (3, true));
+        assert!(packer.pack(&[], Cut::Budget(100)).shown.is_empty());
+    }
+
+    #[test]
+    fn a_composed_prompt_fits_its_budget_and_holds_what_it_packed() {
+        let items = ranked(&["Ann: one", "Bob: two", "Ann: three", "Bob: four"]);
+        for budget in 1..60 {
+            let c = packer("").compose(&items, "<m>\n", "</m>\n<user> q </user>", budget);
+            let fixed = tokens::count("<m>\n") + tokens::count("</m>\n<user> q </user>");
+            if budget >= fixed {
+                assert!(c.tokens <= budget, "{budget}: {c:?}");
+            }
+            assert_eq!(c.tokens, tokens::count(&c.prompt));
+            assert_eq!(c.trimmed + c.included.len(), items.len());
+            for r in &c.included {
+                assert!(c.prompt.contains(&r.item.text));
+            }
+        }
     }
 }

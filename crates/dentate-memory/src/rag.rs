@@ -8,13 +8,11 @@
 //! the pipelines are even.
 
 use crate::error::Result;
-use crate::pipeline::Cut;
 use crate::pipeline::{
     Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, embed_batch, message_text,
     resolve,
 };
 use crate::store::{NewItem, Step};
-use crate::tokens;
 use crate::vecmem::VectorMemoryConfig;
 
 /// Messages embedded and committed per step.
@@ -123,22 +121,10 @@ impl Pipeline for Rag {
     }
 
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {
-        let retrieved = self.retrieve(env, query, 20)?;
-        let head = "<retrieved>\n";
+        let retrieved = crate::context::retrieve(self, env, query, 20)?;
+        let packer = Packer::new(String::new(), self.parts()).for_context(&env.context, query);
         let tail = format!("</retrieved>\n<user> {query} </user>");
-        let fixed = tokens::count(head) + tokens::count(&tail);
-        let packer = Packer {
-            standing: String::new(),
-            render: self.renderer(),
-        };
-        let packed = packer.pack(&retrieved, Cut::Budget(budget.saturating_sub(fixed)));
-        let prompt = format!("{head}{}{tail}", packed.text);
-        Ok(Composed {
-            tokens: tokens::count(&prompt),
-            trimmed: retrieved.len() - packed.items,
-            prompt,
-            included: retrieved[..packed.items].to_vec(),
-        })
+        Ok(packer.compose(&retrieved, "<retrieved>\n", &tail, budget))
     }
 
     fn drop_item(&mut self, id: i64) {

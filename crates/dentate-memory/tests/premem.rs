@@ -314,9 +314,20 @@ fn offline_fragments_times_reasoning_and_retrieval() {
     assert!(c.tokens <= 400 && !c.included.is_empty(), "{c:?}");
     let times: Vec<i64> = {
         let mut v: Vec<&dentate_memory::Retrieved> = c.included.iter().collect();
-        v.sort_by_key(|r| (r.item.refers_to.or(r.item.said_at), r.item.id));
+        // By the time they refer to, then in the order they were said.
+        v.sort_by_key(|r| {
+            (
+                r.item.refers_to.or(r.item.said_at),
+                r.item.sources.first().copied(),
+                r.item.id,
+            )
+        });
         v.iter()
-            .map(|r| c.prompt.find(&r.item.text).expect("in the prompt") as i64)
+            // Under its day's date line, without a `[time]` that repeats it.
+            .map(|r| {
+                let content = r.item.text.split_once("] ").map_or(r.item.text.as_str(), |x| x.1);
+                c.prompt.find(content).expect("in the prompt") as i64
+            })
             .collect()
     };
     assert!(times.windows(2).all(|w| w[0] < w[1]), "chronological: {}", c.prompt);

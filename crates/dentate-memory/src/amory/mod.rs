@@ -64,9 +64,8 @@ pub mod tree;
 use crate::error::{MemoryError, Result};
 use crate::graph::triple_text;
 use crate::llm::Llm;
-use crate::pipeline::Cut;
 use crate::pipeline::{
-    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
+    Composed, Env, IngestReport, Packer, Parts, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
     compact_refs, embed_batch, query_vector, resolve,
 };
 use crate::store::{Item, ItemRef, ItemUpdate, Message, NewItem, NewTriple, Step, as_stored};
@@ -114,6 +113,10 @@ pub struct AmoryConfig {
     pub retrieval: RetrievalConfig,
     /// Vector-index settings (every index).
     pub vectors: VectorMemoryConfig,
+    /// Show and say fragments and facts with the resolution of their
+    /// relative dates appended ([`crate::dates::annotate`]), as RAG, HEMA
+    /// and Nemori store theirs (default on; the stored texts stay as said).
+    pub resolve_dates: bool,
 }
 
 impl Default for AmoryConfig {
@@ -128,6 +131,7 @@ impl Default for AmoryConfig {
             binding: BindingConfig::default(),
             retrieval: RetrievalConfig::default(),
             vectors: VectorMemoryConfig::default(),
+            resolve_dates: true,
         }
     }
 }
@@ -385,8 +389,8 @@ impl Amory {
     }
 
     /// What an item says (answer recall): a story's headline line, the
-    /// text of anything else, without the `Story:`, `Sub-plot (date):`,
-    /// `Fact (date):` or `[date]` headers of [`Amory::render`].
+    /// text of anything else, without the `Story:`, `Sub-plot:` or
+    /// `Fact:` of [`Amory::parts`] or the date line it is shown under.
     fn said(item: &Item) -> String {
         match item.kind.as_str() {
             NARRATIVE => Head::parse(&item.text).line(),
@@ -394,21 +398,49 @@ impl Amory {
         }
     }
 
-    /// How an item shows in a prompt: story and sub-plot headers, dated
-    /// fragments, dated facts.
-    fn render(item: &Item) -> String {
-        let date = item.said_at.map(human_date);
+    /// [`Amory::said`] with the relative dates of fragments and facts
+    /// resolved ([`AmoryConfig::resolve_dates`]).
+    fn said_resolved(item: &Item) -> String {
+        Self::resolved(item, Self::said(item))
+    }
+
+    /// `text` of `item` with its relative dates resolved, for a fragment
+    /// or a fact with a time.
+    fn resolved(item: &Item, text: String) -> String {
+        match (item.kind.as_str(), item.said_at) {
+            (FRAGMENT | FACT, Some(t)) => crate::dates::annotate(&text, t),
+            _ => text,
+        }
+    }
+
+    /// [`Amory::parts`] with the relative dates of fragments and facts
+    /// resolved ([`AmoryConfig::resolve_dates`]).
+    fn parts_resolved(item: &Item) -> Parts {
+        let p = Self::parts(item);
+        Parts {
+            body: Self::resolved(item, p.body),
+            ..p
+        }
+    }
+
+    /// How an item shows in a prompt: story headers undated, sub-plots,
+    /// facts and fragments under their day.
+    fn parts(item: &Item) -> Parts {
+        let time = item.said_at;
         match item.kind.as_str() {
-            NARRATIVE => format!("Story: {}", Head::parse(&item.text).line()),
-            SUBPLOT => match date {
-                Some(d) => format!("Sub-plot ({d}): {}", item.text),
-                None => format!("Sub-plot: {}", item.text),
+            NARRATIVE => Parts {
+                time: None,
+                body: format!("Story: {}", Head::parse(&item.text).line()),
             },
-            FACT => match date {
-                Some(d) => format!("Fact ({d}): {}", item.text),
-                None => format!("Fact: {}", item.text),
+            SUBPLOT => Parts {
+                time,
+                body: format!("Sub-plot: {}", item.text),
             },
-            _ => crate::pipeline::render_item(item),
+            FACT => Parts {
+                time,
+                body: format!("Fact: {}", item.text),
+            },
+            _ => crate::pipeline::item_parts(item),
         }
     }
 }
@@ -454,12 +486,20 @@ impl Pipeline for Amory {
         Ok(s)
     }
 
-    fn renderer(&self) -> fn(&Item) -> String {
-        Amory::render
+    fn parts(&self) -> fn(&Item) -> Parts {
+        if self.cfg.resolve_dates {
+            Amory::parts_resolved
+        } else {
+            Amory::parts
+        }
     }
 
     fn sayer(&self) -> fn(&Item) -> String {
-        Amory::said
+        if self.cfg.resolve_dates {
+            Amory::said_resolved
+        } else {
+            Amory::said
+        }
     }
 
     fn standing_said(&mut self, env: &mut Env<'_>) -> Result<String> {
@@ -483,26 +523,8 @@ impl Pipeline for Amory {
         let tail = format!("</memories>\n<user> {query} </user>");
         let fixed = tokens::count(head) + tokens::count(&tail);
         check_question_fits(fixed, budget)?;
-        let packer = Packer {
-            standing: self.standing_context(env)?,
-            render: Amory::render,
-        };
-        let mut room = budget - fixed;
-        loop {
-            let packed = packer.pack(&retrieved, Cut::Budget(room));
-            let prompt = format!("{head}{}{tail}", packed.text);
-            let t = tokens::count(&prompt);
-            // Joining can merge a token or two across the seams.
-            if t <= budget || room == 0 {
-                return Ok(Composed {
-                    tokens: t,
-                    trimmed: retrieved.len() - packed.items,
-                    included: retrieved[..packed.items].to_vec(),
-                    prompt,
-                });
-            }
-            room -= 1;
-        }
+        let packer = Packer::new(self.standing_context(env)?, self.parts()).for_context(&env.context, query);
+        Ok(packer.compose(&retrieved, head, &tail, budget))
     }
 
     fn show(&mut self, env: &mut Env<'_>) -> Result<String> {
@@ -634,5 +656,53 @@ impl Pipeline for Amory {
             v.load(env)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(kind: &str, text: &str) -> Item {
+        Item {
+            id: 1,
+            user: "u".into(),
+            pipeline: "amory".into(),
+            kind: kind.into(),
+            text: text.into(),
+            sources: vec![1],
+            // 8 May 2023, 13:56 UTC.
+            said_at: Some(1_683_554_160),
+            refers_to: None,
+            turn: 1,
+            parent: None,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn fragments_and_facts_show_and_say_their_resolved_dates() {
+        let frag = item(FRAGMENT, "Ann: I adopted a cat yesterday.");
+        assert_eq!(
+            Amory::said_resolved(&frag),
+            "Ann: I adopted a cat yesterday. (yesterday = 7 May 2023)"
+        );
+        assert_eq!(Amory::parts_resolved(&frag).body, Amory::said_resolved(&frag));
+        assert_eq!(Amory::parts_resolved(&frag).time, frag.said_at);
+        let fact = item(FACT, "Ann adopted a cat last week.");
+        assert!(
+            Amory::parts_resolved(&fact)
+                .body
+                .starts_with("Fact: Ann adopted a cat last week. (last week = ")
+        );
+        // Stored as said; without resolution nothing is appended.
+        assert_eq!(Amory::said(&frag), frag.text);
+        assert_eq!(Amory::parts(&frag).body, frag.text);
+        // Story and sub-plot headers are not annotated.
+        let sub = item(SUBPLOT, "Ann's cat, adopted yesterday");
+        assert_eq!(
+            Amory::parts_resolved(&sub).body,
+            "Sub-plot: Ann's cat, adopted yesterday"
+        );
     }
 }

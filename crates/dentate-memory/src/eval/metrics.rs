@@ -23,6 +23,12 @@
 //!   included (header-inflated);
 //! - mean context tokens and items actually used;
 //!
+//! - **misses by cause** ([`Misses`]): each evidence turn a cut missed,
+//!   as *not retrieved* at [`DIAGNOSTIC_DEPTH`] or *retrieved but not
+//!   packed*; each question whose answer words the cut did not all hold, by
+//!   the first of those causes that applies to its evidence, else *packed,
+//!   answer words absent*;
+//!
 //! and retrieval latency percentiles over all questions.
 
 use super::locomo::category_name;
@@ -61,6 +67,82 @@ pub struct QuestionResult {
     pub cuts: Vec<CutResult>,
     /// Retrieval latency in microseconds.
     pub latency_us: u64,
+    /// The dialogue ids the top [`DIAGNOSTIC_DEPTH`] retrieved items cover
+    /// (credited as at a cut), for [`Misses`]; `None` when not retrieved.
+    pub deep: Option<Vec<String>>,
+}
+
+/// How deep a question is retrieved to tell evidence that ranking never
+/// found from evidence the budget left out ([`Misses`]).
+pub const DIAGNOSTIC_DEPTH: usize = 100;
+
+/// Why a cut missed what it missed, counted over a report row (needs
+/// [`QuestionResult::deep`]; all zero without it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Misses {
+    /// Evidence turns (distinct per question) not in the packed items.
+    pub evidence_missed: usize,
+    /// Of those, turns not among the top [`DIAGNOSTIC_DEPTH`] retrieved.
+    pub not_retrieved: usize,
+    /// Of those, turns retrieved that deep but not packed.
+    pub not_packed: usize,
+    /// Questions scored for answer recall whose answer words the packed
+    /// items did not all say.
+    pub answers_short: usize,
+    /// Of those, questions with an evidence turn not retrieved that deep.
+    pub answer_not_retrieved: usize,
+    /// Of those, questions whose evidence was all retrieved that deep but
+    /// not all packed.
+    pub answer_not_packed: usize,
+    /// Of those, questions whose evidence was all packed (or that have
+    /// none): the words are absent from what was packed.
+    pub answer_words_absent: usize,
+}
+
+impl Misses {
+    /// The counts with their names, in the order of the fields.
+    pub fn counts(&self) -> [(&'static str, usize); 7] {
+        [
+            ("evidence_missed", self.evidence_missed),
+            ("not_retrieved", self.not_retrieved),
+            ("not_packed", self.not_packed),
+            ("answers_short", self.answers_short),
+            ("answer_not_retrieved", self.answer_not_retrieved),
+            ("answer_not_packed", self.answer_not_packed),
+            ("answer_words_absent", self.answer_words_absent),
+        ]
+    }
+
+    /// Adds one question's misses at one cut: `evidence` its distinct
+    /// evidence ids, `packed` what the cut covers, `deep` what the
+    /// diagnostic retrieval covers, `answer` its answer recall.
+    fn add(&mut self, evidence: &BTreeSet<&str>, packed: &HashSet<&str>, deep: &HashSet<&str>, answer: Option<f64>) {
+        let mut retrieved_all = true;
+        let mut packed_all = true;
+        for id in evidence {
+            if packed.contains(id) {
+                continue;
+            }
+            packed_all = false;
+            self.evidence_missed += 1;
+            if deep.contains(id) {
+                self.not_packed += 1;
+            } else {
+                retrieved_all = false;
+                self.not_retrieved += 1;
+            }
+        }
+        if answer.is_some_and(|a| a < 1.0) {
+            self.answers_short += 1;
+            if !retrieved_all {
+                self.answer_not_retrieved += 1;
+            } else if !packed_all {
+                self.answer_not_packed += 1;
+            } else {
+                self.answer_words_absent += 1;
+            }
+        }
+    }
 }
 
 /// Metrics of one report row at one cut.
@@ -85,6 +167,9 @@ pub struct CutMetrics {
     pub mean_context_tokens: Option<f64>,
     /// Mean items packed over the same questions.
     pub mean_items: Option<f64>,
+    /// What was missed, by cause, over the questions retrieved
+    /// [`DIAGNOSTIC_DEPTH`] deep (`None` when none was).
+    pub misses: Option<Misses>,
 }
 
 /// One row of an [`EvalReport`]: a category, or all questions.
@@ -181,8 +266,14 @@ fn summarise(category: Option<u8>, name: &'static str, cuts: &[Cut], members: &[
             let (mut scored, mut recall_sum, mut full) = (0usize, 0.0f64, 0usize);
             let (mut answered, mut answer_sum, mut rendered_sum) = (0usize, 0.0f64, 0.0f64);
             let (mut ran, mut token_sum, mut item_sum) = (0usize, 0.0f64, 0.0f64);
+            let mut misses: Option<Misses> = None;
             for (r, ev) in members.iter().zip(&evidence) {
                 let Some(c) = r.cuts.get(i) else { continue };
+                if let Some(deep) = &r.deep {
+                    let packed: HashSet<&str> = c.retrieved.iter().map(String::as_str).collect();
+                    let deep: HashSet<&str> = deep.iter().map(String::as_str).collect();
+                    misses.get_or_insert_default().add(ev, &packed, &deep, c.answer_recall);
+                }
                 ran += 1;
                 token_sum += c.context_tokens as f64;
                 item_sum += c.items as f64;
@@ -212,6 +303,7 @@ fn summarise(category: Option<u8>, name: &'static str, cuts: &[Cut], members: &[
                 mean_rendered_answer_recall: mean(rendered_sum, answered),
                 mean_context_tokens: mean(token_sum, ran),
                 mean_items: mean(item_sum, ran),
+                misses,
             }
         })
         .collect();
@@ -237,6 +329,12 @@ impl CutMetrics {
             "answer_recall_rendered": self.mean_rendered_answer_recall,
             "mean_context_tokens": self.mean_context_tokens,
             "mean_items": self.mean_items,
+            "misses": self.misses.map(|m| {
+                m.counts()
+                    .iter()
+                    .map(|&(k, v)| (k.to_string(), Value::from(v)))
+                    .collect::<serde_json::Map<_, _>>()
+            }),
         })
     }
 }
@@ -266,6 +364,55 @@ pub(crate) fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
 }
 
 impl EvalReport {
+    /// What each cut missed, by cause ([`Misses`]), as a Markdown table: a
+    /// row per category and overall; per cut, evidence turns missed as
+    /// `missed = not retrieved + not packed`, and questions whose answer
+    /// words were not all packed as `short = evidence not retrieved +
+    /// evidence not packed + words absent from what was packed`. Empty
+    /// when no question was retrieved [`DIAGNOSTIC_DEPTH`] deep.
+    pub fn misses_markdown(&self) -> String {
+        let rows: Vec<&CategoryReport> = self.categories.iter().chain(std::iter::once(&self.overall)).collect();
+        if !rows.iter().any(|r| r.per_cut.iter().any(|m| m.misses.is_some())) {
+            return String::new();
+        }
+        let mut out = format!(
+            "\nMisses by cause (evidence turns missed = not retrieved at depth {DIAGNOSTIC_DEPTH} + retrieved, not packed; \
+             answers short = evidence not retrieved + evidence not packed + words absent from what was packed):\n\n| category |"
+        );
+        let mut rule = String::from("|---|");
+        for c in &self.cuts {
+            let l = c.label();
+            let _ = write!(out, " evidence missed{l} | answers short{l} |");
+            rule.push_str("---:|---:|");
+        }
+        out.push('\n');
+        out.push_str(&rule);
+        out.push('\n');
+        for row in rows {
+            let _ = write!(out, "| {} |", row.label());
+            for m in &row.per_cut {
+                match m.misses {
+                    Some(x) => {
+                        let _ = write!(
+                            out,
+                            " {} = {} + {} | {} = {} + {} + {} |",
+                            x.evidence_missed,
+                            x.not_retrieved,
+                            x.not_packed,
+                            x.answers_short,
+                            x.answer_not_retrieved,
+                            x.answer_not_packed,
+                            x.answer_words_absent
+                        );
+                    }
+                    None => out.push_str(" - | - |"),
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
     /// The report as JSON: `{cuts: [{cut, value}], latency_us: {p50, p95},
     /// categories: [row], overall: row}` where a row is `{category, name,
     /// questions, scored, per_cut: [{cut, value, scored, evidence_recall,
@@ -315,6 +462,7 @@ impl EvalReport {
             }
             out.push('\n');
         }
+        out.push_str(&self.misses_markdown());
         let lat = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
         let _ = writeln!(
             out,
@@ -357,6 +505,7 @@ mod tests {
                 })
                 .collect(),
             latency_us,
+            deep: None,
         }
     }
 
@@ -471,6 +620,80 @@ mod tests {
     }
 
     #[test]
+    fn misses_are_split_by_cause() {
+        let cut = |ids: &[&str], answer: Option<f64>| CutResult {
+            retrieved: strings(ids),
+            answer_recall: answer,
+            ..CutResult::default()
+        };
+        let q = |evidence: &[&str], deep: Option<&[&str]>, cuts: Vec<CutResult>| QuestionResult {
+            category: 1,
+            evidence: strings(evidence),
+            cuts,
+            latency_us: 1,
+            deep: deep.map(strings),
+        };
+        let results = [
+            // D1 packed at both cuts; D2 found deep, packed only at the
+            // larger; D3 never found. Answer short at the first cut only.
+            q(
+                &["D1", "D2", "D3"],
+                Some(&["D1", "D2", "D9"]),
+                vec![cut(&["D1"], Some(0.5)), cut(&["D1", "D2"], Some(1.0))],
+            ),
+            // All evidence packed at both cuts, answer words absent at both.
+            q(
+                &["E1"],
+                Some(&["E1"]),
+                vec![cut(&["E1"], Some(0.0)), cut(&["E1"], Some(0.5))],
+            ),
+            // Evidence found deep, packed only at the larger cut.
+            q(&["F1"], Some(&["F1"]), vec![cut(&[], Some(0.0)), cut(&["F1"], None)]),
+            // No evidence and no answer: counts nothing.
+            q(&[], Some(&[]), vec![cut(&[], None), cut(&[], None)]),
+        ];
+        let r = aggregate(&[Cut::Budget(10), Cut::Budget(20)], &results);
+        let m0 = r.overall.per_cut[0].misses.expect("deep results were given");
+        let m1 = r.overall.per_cut[1].misses.expect("deep results were given");
+        assert_eq!(
+            m0,
+            Misses {
+                evidence_missed: 3,
+                not_retrieved: 1,
+                not_packed: 2,
+                answers_short: 3,
+                answer_not_retrieved: 1,
+                answer_not_packed: 1,
+                answer_words_absent: 1,
+            }
+        );
+        assert_eq!(
+            m1,
+            Misses {
+                evidence_missed: 1,
+                not_retrieved: 1,
+                not_packed: 0,
+                answers_short: 1,
+                answer_not_retrieved: 0,
+                answer_not_packed: 0,
+                answer_words_absent: 1,
+            }
+        );
+        let md = r.to_markdown();
+        assert!(
+            md.contains("| overall | 3 = 1 + 2 | 3 = 1 + 1 + 1 | 1 = 1 + 0 | 1 = 0 + 0 + 1 |"),
+            "{md}"
+        );
+        assert_eq!(
+            r.to_json()["overall"]["per_cut"][1]["misses"]["not_retrieved"],
+            json!(1)
+        );
+        // Without deep results there is nothing to break down.
+        assert!(example().overall.per_cut.iter().all(|m| m.misses.is_none()));
+        assert!(!example().to_markdown().contains("Misses by cause"));
+    }
+
+    #[test]
     fn nearest_rank_percentiles() {
         assert_eq!(nearest_rank(&[], 50), None);
         assert_eq!(nearest_rank(&[7], 50), Some(7));
@@ -556,6 +779,7 @@ mod tests {
             evidence: Vec::new(),
             cuts: vec![cut(said, rendered)],
             latency_us: 1,
+            deep: None,
         };
         let r = aggregate(
             &[Cut::K(3)],

@@ -25,6 +25,12 @@
 //! when the answer says the conversations do not hold the information
 //! ([`judge_gold`]).
 //!
+//! With budgets and no pipeline model, every question is also retrieved
+//! [`metrics::DIAGNOSTIC_DEPTH`] deep so that
+//! each cut's misses are broken down by cause ([`metrics::Misses`]: not
+//! retrieved at that depth, retrieved but not packed, packed but the
+//! answer words absent).
+//!
 //! The run says which conversations it covered and whether its figures are
 //! in-sample ([`locomo::Split`]).
 //!
@@ -40,12 +46,12 @@ use crate::error::{MemoryError, Result};
 use crate::llm::{Call, ChatMessage, Llm, ask_json, schema};
 use crate::memory::{Memory, PipelineKind};
 use crate::pipeline::Cut;
-use crate::pipeline::{Packer, Retrieved, Retriever, Sayer};
+use crate::pipeline::{ContextConfig, Packer, Retrieved, Retriever, Sayer};
 use crate::store::NewMessage;
 use crate::text::{content_words, words};
 use dentate_embed::Embedder;
 use locomo::{Conversation, Dataset, Qa, SkipReport, category_name, in_sample, split_name};
-use metrics::{CutResult, EvalReport, QuestionResult, aggregate, answer_recall, fmt_opt};
+use metrics::{CutResult, DIAGNOSTIC_DEPTH, EvalReport, QuestionResult, aggregate, answer_recall, fmt_opt};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -87,6 +93,9 @@ pub struct EvalOptions {
     pub judge_llm: Option<Arc<dyn Llm>>,
     /// Prompt budget for answer generation.
     pub answer_budget: usize,
+    /// How retrieved items are ranked and packed for the context (`None`:
+    /// each pipeline's default, [`PipelineKind::default_context`]).
+    pub context: Option<ContextConfig>,
 }
 
 impl EvalOptions {
@@ -102,6 +111,7 @@ impl EvalOptions {
             pipeline_llm: None,
             judge_llm: None,
             answer_budget: 3500,
+            context: None,
         }
     }
 
@@ -331,7 +341,7 @@ pub struct EvalOutcome {
 }
 
 /// Version of the JSON layout written by [`EvalOutcome::to_json`].
-pub const JSON_SCHEMA_VERSION: u32 = 3;
+pub const JSON_SCHEMA_VERSION: u32 = 4;
 
 impl EvalOutcome {
     /// Everything as JSON: `{schema, embedder, dataset: {conversations,
@@ -342,7 +352,8 @@ impl EvalOutcome {
     /// query_llm: {calls, failures, prompt_tokens, completion_tokens},
     /// judge}]}`. Schema 3 added the split, the query-time model cost and
     /// `answer_recall_rendered`, and made `answer_recall` count what items
-    /// say rather than their rendered text.
+    /// say rather than their rendered text; schema 4 added each cut's
+    /// `misses` by cause (see [`metrics::Misses`]; `null` without budgets).
     pub fn to_json(&self) -> Value {
         let counts = |c: &[(&str, usize)]| -> Value {
             c.iter()
@@ -662,19 +673,19 @@ pub fn score_question(
                 (deep.clone(), packed)
             }
         };
-        let used = &hits[..packed.items];
+        let used = &packed.chosen(&hits);
         let standing_fits = packed.text.starts_with(&packer.standing);
         let budget = match cut {
             Cut::Budget(b) => Some(b),
             Cut::K(_) => None,
         };
-        let said = sayer.said(used, standing_fits, budget);
+        let said = sayer.said(packer, &packed, &hits, standing_fits, budget);
         let said_words: HashSet<String> = words(&said).collect();
         let rendered_words: HashSet<String> = words(&packed.text).collect();
         out.push(CutResult {
             retrieved: credited_refs(used),
             context_tokens: packed.tokens,
-            items: packed.items,
+            items: packed.shown.len(),
             answer_recall: answer_recall(&gold, &said_words),
             rendered_answer_recall: answer_recall(&gold, &rendered_words),
         });
@@ -684,7 +695,15 @@ pub fn score_question(
         evidence: qa.evidence.clone(),
         cuts: out,
         latency_us,
+        deep: None,
     })
+}
+
+/// The dialogue ids the top [`DIAGNOSTIC_DEPTH`] items retrieved for `qa`
+/// cover, credited as at a cut ([`credited_refs`]): what ranking found at
+/// all, for the breakdown of misses ([`metrics::Misses`]).
+pub fn deep_refs(mem: &mut Memory, user: &str, qa: &Qa) -> Result<Vec<String>> {
+    Ok(credited_refs(&mem.retrieve(user, &qa.question, DIAGNOSTIC_DEPTH)?))
 }
 
 /// Generates an answer from the composed prompt and judges it; `None` when
@@ -765,6 +784,8 @@ pub fn run(
                 std::fs::remove_dir_all(&dir)?;
             }
             let mut mem = Memory::open(&dir, kind.clone(), opts.embedder.clone(), opts.pipeline_llm.clone())?;
+            let context = opts.context.unwrap_or_else(|| kind.default_context());
+            mem.set_context_ranking(context);
             let msgs = conversation_messages(conv);
             let before = opts.pipeline_llm.as_ref().map(|l| l.stats());
             let t0 = Instant::now();
@@ -799,11 +820,19 @@ pub fn run(
                 mem.set_retriever(retriever);
                 for qa in &conv.qa {
                     let before = pipeline_llm.map(|l| l.stats());
+                    let packer = packer.clone().for_context(&context, &qa.question);
                     let scored = score_question(&mut mem, user, &packer, &sayer, qa, &cuts);
                     if let (Some(l), Some(b)) = (pipeline_llm, &before) {
                         query_cost[ri].add_since(l, b);
                     }
-                    results[ri].push(scored?);
+                    let mut scored = scored?;
+                    // A diagnostic, not what a user's retrieval costs;
+                    // left out when retrieving would call the pipeline's
+                    // model (Amory's coherence retrieval).
+                    if !opts.budgets.is_empty() && opts.pipeline_llm.is_none() {
+                        scored.deep = Some(deep_refs(&mut mem, user, qa)?);
+                    }
+                    results[ri].push(scored);
                     if let Some(llm) = &opts.judge_llm
                         && let Some(ok) = judge_question(
                             &mut mem,

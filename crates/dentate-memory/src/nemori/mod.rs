@@ -23,13 +23,11 @@ pub mod semantic;
 
 use crate::error::{MemoryError, Result};
 use crate::llm::Llm;
-use crate::pipeline::Cut;
 use crate::pipeline::{
-    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
+    Composed, Env, IngestReport, Packer, Parts, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
     embed_batch, resolve,
 };
 use crate::store::{ItemRef, Message, NewItem, Step};
-use crate::time::human_date;
 use crate::tokens;
 use crate::vecmem::VectorMemoryConfig;
 use boundary::{BoundaryConfig, BoundaryMode, Decision, llm_decision, llm_segments, offline_decision};
@@ -306,11 +304,10 @@ impl Nemori {
         Ok((made, old))
     }
 
-    fn render(item: &crate::store::Item) -> String {
-        let text = item.text.replacen('\n', ": ", 1);
-        match item.said_at {
-            Some(t) => format!("[{}] {text}", human_date(t)),
-            None => text,
+    fn parts(item: &crate::store::Item) -> Parts {
+        Parts {
+            time: item.said_at,
+            body: item.text.replacen('\n', ": ", 1),
         }
     }
 }
@@ -618,12 +615,12 @@ impl Pipeline for Nemori {
         Ok(interleave(eps, sem, k))
     }
 
-    fn renderer(&self) -> fn(&crate::store::Item) -> String {
-        Nemori::render
+    fn parts(&self) -> fn(&crate::store::Item) -> Parts {
+        Nemori::parts
     }
 
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {
-        let retrieved = self.retrieve(env, query, self.cfg.compose_k.max(1))?;
+        let retrieved = crate::context::retrieve(self, env, query, self.cfg.compose_k.max(1))?;
         let head = "<memories>\n";
         let tail = format!("</memories>\n<user> {query} </user>");
         let fixed = tokens::count(head) + tokens::count(&tail);
@@ -652,16 +649,8 @@ impl Pipeline for Nemori {
                 originals.push_str(&block);
             }
         }
-        let packer = Packer {
-            standing: String::new(),
-            render: self.renderer(),
-        };
-        let room = budget - fixed - tokens::count(&originals).min(budget - fixed);
-        let n = packer.pack(&retrieved, Cut::Budget(room)).items;
-        let composed = Composed::fit(&retrieved, n, budget, |n| {
-            let packed = packer.pack(&retrieved[..n], Cut::Budget(room));
-            format!("{head}{}{originals}{tail}", packed.text)
-        });
+        let packer = Packer::new(String::new(), self.parts()).for_context(&env.context, query);
+        let composed = packer.compose(&retrieved, head, &format!("{originals}{tail}"), budget);
         if composed.tokens <= budget {
             return Ok(composed);
         }

@@ -45,9 +45,8 @@ pub mod reason;
 use crate::error::{MemoryError, Result};
 use crate::llm::Llm;
 use crate::nemori::boundary::{BoundaryConfig, time_gap};
-use crate::pipeline::Cut;
 use crate::pipeline::{
-    Composed, Env, IngestReport, Packer, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
+    Composed, Env, IngestReport, Packer, Parts, Pipeline, Retrieved, Vectors, check_embedder, check_question_fits,
     embed_batch, resolve,
 };
 use crate::store::{Item, ItemRef, Message, NewItem, Step};
@@ -545,9 +544,23 @@ impl Premem {
         }
     }
 
-    /// Items render as stored: `[time] key: content`.
-    fn render(item: &Item) -> String {
-        item.text.clone()
+    /// Items show under the day they refer to (else the day they were
+    /// said), in time order (§3.3), as stored (`[time] key: content`)
+    /// without the `[time]` when it only repeats that day.
+    fn parts(item: &Item) -> Parts {
+        let (time, key, content) = extract::split_text(&item.text);
+        let day = item.refers_to.or(item.said_at);
+        let body = match day {
+            Some(t) if time == crate::time::human_date(t) => {
+                if key.is_empty() {
+                    content.to_string()
+                } else {
+                    format!("{key}: {content}")
+                }
+            }
+            _ => item.text.clone(),
+        };
+        Parts { time: day, body }
     }
 }
 
@@ -635,8 +648,8 @@ impl Pipeline for Premem {
         resolve(env, &hits)
     }
 
-    fn renderer(&self) -> fn(&Item) -> String {
-        Premem::render
+    fn parts(&self) -> fn(&Item) -> Parts {
+        Premem::parts
     }
 
     fn sayer(&self) -> fn(&Item) -> String {
@@ -644,24 +657,15 @@ impl Pipeline for Premem {
     }
 
     fn compose(&mut self, env: &mut Env<'_>, query: &str, budget: usize) -> Result<Composed> {
-        let retrieved = self.retrieve(env, query, self.cfg.compose_k.max(budget / 16).max(1))?;
+        let retrieved = crate::context::retrieve(self, env, query, self.cfg.compose_k.max(budget / 16).max(1))?;
         let head = "<memories>\n";
         let tail = format!("</memories>\n<user> {query} </user>");
         let fixed = tokens::count(head) + tokens::count(&tail);
         check_question_fits(fixed, budget)?;
-        let packer = Packer {
-            standing: String::new(),
-            render: self.renderer(),
-        };
-        // Chosen by rank, shown in time order (§3.3).
-        let prompt_of = |n: usize| {
-            let mut chosen: Vec<&Retrieved> = retrieved[..n].iter().collect();
-            chosen.sort_by_key(|r| (r.item.refers_to.or(r.item.said_at), r.item.id));
-            let body: String = chosen.iter().map(|r| Premem::render(&r.item) + "\n").collect();
-            format!("{head}{body}{tail}")
-        };
-        let n = packer.pack(&retrieved, Cut::Budget(budget - fixed)).items;
-        Ok(Composed::fit(&retrieved, n, budget, prompt_of))
+        let packer = Packer::new(String::new(), self.parts()).for_context(&env.context, query);
+        // Chosen by rank, shown in time order (§3.3): the packer groups
+        // them by day in the order they were said.
+        Ok(packer.compose(&retrieved, head, &tail, budget))
     }
 
     fn drop_item(&mut self, id: i64) {
@@ -729,8 +733,12 @@ mod tests {
             "[Before 8 May 2023] Pixel (accumulation): adopted; learned a trick",
         );
         assert_eq!(Premem::said(&insight), "Pixel (accumulation): adopted; learned a trick");
-        // Rendering keeps the header.
-        assert!(Premem::render(&resolved).starts_with("[7 May 2023]"));
+        // The prompt keeps a header that says more than the day the
+        // item is grouped under, and drops one that repeats it.
+        assert_eq!(Premem::parts(&resolved).body, resolved.text);
+        assert_eq!(Premem::parts(&insight).body, insight.text);
+        assert_eq!(Premem::parts(&inherited).body, "cat: Ann has a grey cat called Pixel.");
+        assert_eq!(Premem::parts(&inherited).time, inherited.said_at);
     }
 
     #[test]

@@ -353,6 +353,27 @@ pub struct Item {
     pub created_at: i64,
 }
 
+#[cfg(test)]
+impl Item {
+    /// A test item of user `u`: id 1, one source (message 1), said at
+    /// 8 May 2023, 13:56 UTC.
+    pub(crate) fn sample(pipeline: &str, kind: &str, text: &str) -> Item {
+        Item {
+            id: 1,
+            user: "u".into(),
+            pipeline: pipeline.into(),
+            kind: kind.into(),
+            text: text.into(),
+            sources: vec![1],
+            said_at: Some(1_683_554_160),
+            refers_to: None,
+            turn: 1,
+            parent: None,
+            created_at: 0,
+        }
+    }
+}
+
 /// A change to a live item of the step's pipeline, applied by
 /// [`Store::commit`] after the step's new items are added (so it may name
 /// them).

@@ -700,20 +700,7 @@ mod tests {
     use super::*;
 
     fn item(kind: &str, text: &str) -> Item {
-        Item {
-            id: 1,
-            user: "u".into(),
-            pipeline: NAME.into(),
-            kind: kind.into(),
-            text: text.into(),
-            sources: vec![1],
-            // 8 May 2023, 13:56 UTC.
-            said_at: Some(1_683_554_160),
-            refers_to: None,
-            turn: 1,
-            parent: None,
-            created_at: 0,
-        }
+        crate::store::Item::sample(NAME, kind, text)
     }
 
     #[test]

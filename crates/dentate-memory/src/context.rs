@@ -29,15 +29,22 @@ pub fn retrieve<P: Pipeline + ?Sized>(
     Ok(out)
 }
 
-/// `ranked` (best first) re-ordered by [`ContextConfig`] and cut to `k`.
-/// Items without a session ([`Retrieved::session`]) get no session or
-/// neighbour score. Ties keep the pipeline's order.
-pub fn rerank(ranked: Vec<Retrieved>, cfg: &ContextConfig, k: usize) -> Vec<Retrieved> {
+/// The most items [`rerank`] re-orders: the rest of a longer list (a
+/// filtered search deepens it up to [`crate::MAX_SEARCH_DEPTH`]) follows
+/// in the pipeline's order, so the work stays bounded (neighbours are
+/// compared within a session, at worst every pair of this many).
+pub const RERANK_MAX: usize = 2048;
+
+/// `ranked` (best first) re-ordered by [`ContextConfig`] and cut to `k`:
+/// the first [`RERANK_MAX`] items are re-ordered, any after them keep
+/// their place. Items without a session ([`Retrieved::session`]) get no
+/// session or neighbour score. Ties keep the pipeline's order.
+pub fn rerank(mut ranked: Vec<Retrieved>, cfg: &ContextConfig, k: usize) -> Vec<Retrieved> {
     if cfg.is_off() || ranked.len() < 2 {
-        let mut ranked = ranked;
         ranked.truncate(k);
         return ranked;
     }
+    let tail = ranked.split_off(ranked.len().min(RERANK_MAX));
     let top = ranked.iter().map(|r| r.score).fold(0.0f32, f32::max);
     let norm = |s: f32| {
         if top > 0.0 && s.is_finite() {
@@ -59,8 +66,15 @@ pub fn rerank(ranked: Vec<Retrieved>, cfg: &ContextConfig, k: usize) -> Vec<Retr
             }
         }
     }
-    let adjacent = |a: &Retrieved, b: &Retrieved| match (a.session.as_deref(), b.session.as_deref(), a.span, b.span) {
-        (Some(x), Some(y), Some((a0, a1)), Some((b0, b1))) => x == y && a0 <= b1 + 1 && b0 <= a1 + 1,
+    // Items by session: neighbours are looked for within one.
+    let mut members: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, r) in ranked.iter().enumerate() {
+        if let Some(s) = r.session.as_deref() {
+            members.entry(s).or_default().push(i);
+        }
+    }
+    let adjacent = |a: &Retrieved, b: &Retrieved| match (a.span, b.span) {
+        (Some((a0, a1)), Some((b0, b1))) => a0 <= b1 + 1 && b0 <= a1 + 1,
         _ => false,
     };
     let mut scored: Vec<(f32, usize)> = ranked
@@ -73,15 +87,14 @@ pub fn rerank(ranked: Vec<Retrieved>, cfg: &ContextConfig, k: usize) -> Vec<Retr
                 .as_deref()
                 .and_then(|s| best.get(s))
                 .map_or(0.0, |&(b1, b2)| b1 + 0.5 * b2);
-            let neighbour = if cfg.neighbour > 0.0 {
-                ranked
+            let same = r.session.as_deref().and_then(|s| members.get(s));
+            let neighbour = match same {
+                Some(js) if cfg.neighbour > 0.0 => js
                     .iter()
-                    .enumerate()
-                    .filter(|&(j, o)| j != i && adjacent(r, o))
-                    .map(|(_, o)| norm(o.score))
-                    .fold(0.0f32, f32::max)
-            } else {
-                0.0
+                    .filter(|&&j| j != i && adjacent(r, &ranked[j]))
+                    .map(|&j| norm(ranked[j].score))
+                    .fold(0.0f32, f32::max),
+                _ => 0.0,
             };
             (own + cfg.session * session + cfg.neighbour * neighbour, i)
         })
@@ -90,8 +103,9 @@ pub fn rerank(ranked: Vec<Retrieved>, cfg: &ContextConfig, k: usize) -> Vec<Retr
     let mut slots: Vec<Option<Retrieved>> = ranked.into_iter().map(Some).collect();
     scored
         .into_iter()
-        .take(k)
         .filter_map(|(_, i)| slots.get_mut(i).and_then(Option::take))
+        .chain(tail)
+        .take(k)
         .collect()
 }
 
@@ -177,6 +191,25 @@ mod tests {
             snippets: None,
         };
         assert_eq!(ids(&rerank(list, &cfg, 3)), [1, 3, 2]);
+    }
+
+    #[test]
+    fn a_long_list_is_re_ordered_only_at_its_head() {
+        // One session of consecutive turns, more than RERANK_MAX of them:
+        // the head is re-ranked, the rest keeps its order after it.
+        let n = RERANK_MAX + 500;
+        let list: Vec<Retrieved> = (0..n)
+            .map(|i| hit(i as i64, 1.0 - i as f32 / n as f32, Some("s"), ((i * 7919) % n) as i64))
+            .collect();
+        let cfg = ContextConfig::default();
+        let got = rerank(list, &cfg, n);
+        assert_eq!(got.len(), n);
+        let tail: Vec<i64> = got[RERANK_MAX..].iter().map(|r| r.item.id).collect();
+        let want: Vec<i64> = (RERANK_MAX as i64..n as i64).collect();
+        assert_eq!(tail, want);
+        let mut head: Vec<i64> = got[..RERANK_MAX].iter().map(|r| r.item.id).collect();
+        head.sort_unstable();
+        assert_eq!(head, (0..RERANK_MAX as i64).collect::<Vec<_>>());
     }
 
     #[test]

@@ -692,7 +692,7 @@ pub(crate) fn resolve(env: &Env<'_>, hits: &[(i64, f32)]) -> Result<Vec<Retrieve
     for &(id, score) in hits {
         let Some(item) = items.remove(&id) else { continue };
         let of_item: Vec<&Message> = item.sources.iter().filter_map(|s| msgs.get(s)).collect();
-        let source_refs = of_item.iter().map(|m| (*m).clone().into_ref()).collect();
+        let source_refs = of_item.iter().map(|m| m.to_ref()).collect();
         let session = of_item.first().map(|m| m.msg.session.clone());
         let in_session = of_item.iter().filter(|m| Some(&m.msg.session) == session.as_ref());
         let span = in_session
@@ -778,6 +778,11 @@ fn day(t: i64) -> i64 {
     t.div_euclid(86_400)
 }
 
+/// The line a day's items are shown under: `[8 May 2023]`.
+fn date_line(t: i64) -> String {
+    format!("[{}]\n", human_date(t))
+}
+
 /// Items rendered compactly, as every prompt holds them: undated lines
 /// first, then one `[8 May 2023]` line per day in time order, with the
 /// lines of that day's items under it in the order they were said (time,
@@ -795,7 +800,7 @@ pub fn render_grouped(items: &[(&Item, Parts)]) -> String {
         if let Some(t) = p.time
             && open != Some(day(t))
         {
-            out.push_str(&format!("[{}]\n", human_date(t)));
+            out.push_str(&date_line(t));
             open = Some(day(t));
         }
         out.push_str(&p.body);
@@ -1026,8 +1031,8 @@ impl Packer {
         // Sum of per-line counts first (cheap); the exact count of the
         // joined text is checked below.
         let mut used = tokens::count(&standing);
-        let mut chosen: Vec<(usize, Parts)> = Vec::new();
-        let mut snipped: Vec<bool> = Vec::new();
+        // (position in `ranked`, parts shown, whether cut to a snippet)
+        let mut chosen: Vec<(usize, Parts, bool)> = Vec::new();
         let mut words: Vec<std::collections::BTreeSet<String>> = Vec::new();
         let mut days = std::collections::HashSet::new();
         let mut reach = 0;
@@ -1045,7 +1050,11 @@ impl Packer {
                 p.body = s;
                 cut_down = true;
             }
-            let w = crate::text::content_words(&p.body);
+            let w = if dedup {
+                crate::text::content_words(&p.body)
+            } else {
+                Default::default()
+            };
             if dedup && near_duplicate(&w, &words) {
                 reach = i + 1;
                 continue;
@@ -1054,7 +1063,7 @@ impl Packer {
             if let Some(time) = p.time
                 && !days.contains(&day(time))
             {
-                t += tokens::count(&format!("[{}]\n", human_date(time)));
+                t += tokens::count(&date_line(time));
             }
             if used + t > limit {
                 break;
@@ -1064,14 +1073,13 @@ impl Packer {
                 days.insert(day(time));
             }
             words.push(w);
-            chosen.push((i, p));
-            snipped.push(cut_down);
+            chosen.push((i, p, cut_down));
             reach = i + 1;
         }
         // Drop items while the joined text is over the limit (BPE merges
         // across line ends can make it a token or two longer than the sum).
         loop {
-            let lines: Vec<(&Item, Parts)> = chosen.iter().map(|(i, p)| (&ranked[*i].item, p.clone())).collect();
+            let lines: Vec<(&Item, Parts)> = chosen.iter().map(|(i, p, _)| (&ranked[*i].item, p.clone())).collect();
             let text = standing.clone() + &render_grouped(&lines);
             let tokens = tokens::count(&text);
             if tokens <= limit || chosen.is_empty() {
@@ -1079,13 +1087,12 @@ impl Packer {
                     text,
                     tokens,
                     exhausted: reach == ranked.len(),
-                    shown: chosen.iter().map(|(i, _)| *i).collect(),
-                    snipped,
+                    shown: chosen.iter().map(|(i, _, _)| *i).collect(),
+                    snipped: chosen.iter().map(|(_, _, cut)| *cut).collect(),
                     reach,
                 };
             }
-            if let Some((i, _)) = chosen.pop() {
-                snipped.pop();
+            if let Some((i, _, _)) = chosen.pop() {
                 reach = i;
             }
         }

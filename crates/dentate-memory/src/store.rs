@@ -293,7 +293,12 @@ impl Message {
     /// The caller's id of the message (`source_ref`, e.g. a LoCoMo
     /// `dia_id`), or `#<store id>` when it was stored without one.
     pub fn into_ref(self) -> String {
-        self.msg.source_ref.unwrap_or_else(|| format!("#{}", self.id))
+        self.to_ref()
+    }
+
+    /// [`Message::into_ref`] of a borrowed message.
+    pub fn to_ref(&self) -> String {
+        self.msg.source_ref.clone().unwrap_or_else(|| format!("#{}", self.id))
     }
 }
 

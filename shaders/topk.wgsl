@@ -721,25 +721,37 @@ fn select_best(li: u32, n: u32, q: u32, list: u32) {
 
 // Query wg.y (dispatch-local), segment wg.x of the block's scores in
 // `out_mat` (row stride P.stride), or of its pairs in `surv` (flag 16),
-// into list wg.x. With flag 8 (the block came from `gemm_keep`) a query
-// whose survivors all fit in SEG slots is left to `survsel`: its
-// segments' lists stay empty.
+// into list wg.x. With flag 8 (the block came from `gemm_keep`) one
+// workgroup takes all of a query's segments (the grid is 1 × queries): a
+// query whose survivors all fit in SEG slots is left to `survsel` and its
+// segments' lists stay empty, so the common case costs one workgroup a
+// query rather than one a segment; only a query with more survivors
+// selects its segments, one after another.
 @compute @workgroup_size(256)
 fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let q = wg.y;
-    let g = wg.x;
-    let list = q * P.lists + g;
-    if (P.flags & 8u) != 0u {
-        if li == 0u {
-            count_u = atomicLoad(&kept[q]);
-        }
-        if workgroupUniformLoad(&count_u) <= SEG {
-            if li == 0u {
-                out_len[list] = 0u;
-            }
-            return;
+    if (P.flags & 8u) == 0u {
+        segment(li, q, wg.x);
+        return;
+    }
+    if li == 0u {
+        count_u = atomicLoad(&kept[q]);
+    }
+    let over = workgroupUniformLoad(&count_u) > SEG;
+    let segs = (P.blk_rows + SEG - 1u) / SEG;
+    for (var g = 0u; g < segs; g += 1u) {
+        if over {
+            segment(li, q, g);
+            // The next segment reuses the workgroup memory.
+            workgroupBarrier();
+        } else if li == 0u {
+            out_len[q * P.lists + g] = 0u;
         }
     }
+}
+
+// Segment g of query q's block into list g of the query.
+fn segment(li: u32, q: u32, g: u32) {
     let start = g * SEG;
     // Flag 16: the items are (score bits, row) pairs in `surv`, P.stride
     // per query (what the PQ scans and the re-rank scored), else the
@@ -747,7 +759,7 @@ fn segsel(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
     from_surv = (P.flags & 16u) != 0u;
     src0 = q * P.stride + start;
     row_of0 = P.blk0 + start;
-    select_best(li, min(start + SEG, P.blk_rows) - start, q, list);
+    select_best(li, min(start + SEG, P.blk_rows) - start, q, q * P.lists + g);
 }
 
 // Query wg.x's survivors from `gemm_keep` into its list (one per query),

@@ -5,13 +5,15 @@
 //! same machine in the same run, written as one JSON object.
 //!
 //! `gpu_kit --out results.json [--n 1000000] [--dim 384] [--ivf-n 200000]
-//! [--allow-software] [--exact-only]` (`--exact-only`: exact search alone,
+//! [--allow-software] [--exact-only | --kmeans-only]` (`--kmeans-only`: the
+//! k-means step alone; `--exact-only`: exact search alone,
 //! the CPU timed and compared on the first 100 queries only — a quick look
 //! at the GPU kernel, not the kit's full comparison; `--gemm-sweep`: 10,000
-//! queries, k 10, on a device opened once per `GemmShape`, each checked
+//! queries, k 10, on a device opened once per `GemmShape` (every one, or
+//! those of `--shapes "16,q8;16,q8,fma"`), each checked
 //! against the CPU on the first 100 queries, with the time to open the
 //! device and compile the exact-search kernels, which the pipeline cache
-//! shortens on a second run). Exits 2 when the preflight refuses the adapter and
+//! shortens on a second run), and the fastest shape named. Exits 2 when the preflight refuses the adapter and
 //! 3 when any GPU call fell back to the CPU (its time would not be a GPU
 //! time) or the GPU's exact ids differ from the CPU's.
 use dentate_core::data::{SynthConfig, clustered};
@@ -29,7 +31,9 @@ struct Args {
     ivf_n: usize,
     allow_software: bool,
     exact_only: bool,
+    kmeans_only: bool,
     gemm_sweep: bool,
+    shapes: Vec<dentate_gpu::GemmShape>,
 }
 
 fn args() -> Args {
@@ -40,7 +44,9 @@ fn args() -> Args {
         ivf_n: 200_000,
         allow_software: false,
         exact_only: false,
+        kmeans_only: false,
         gemm_sweep: false,
+        shapes: dentate_gpu::GemmShape::ALL.to_vec(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -52,7 +58,14 @@ fn args() -> Args {
             "--ivf-n" => a.ivf_n = value().parse().unwrap_or_else(|_| fail(2, "--ivf-n: a number")),
             "--allow-software" => a.allow_software = true,
             "--exact-only" => a.exact_only = true,
+            "--kmeans-only" => a.kmeans_only = true,
             "--gemm-sweep" => a.gemm_sweep = true,
+            "--shapes" => {
+                a.shapes = value()
+                    .split(';')
+                    .map(|s| dentate_gpu::GemmShape::parse(s).unwrap_or_else(|e| fail(2, &format!("--shapes: {e}"))))
+                    .collect()
+            }
             other => fail(2, &format!("unknown argument {other}")),
         }
     }
@@ -200,7 +213,8 @@ fn main() {
     eprintln!("upload + first call: {:.2} s", t.elapsed().as_secs_f64());
     out.push_str(",\"exact\":[");
     let mut first = true;
-    for nq in [1usize, 100, 1_024, 10_000] {
+    let counts: &[usize] = if a.kmeans_only { &[] } else { &[1, 100, 1_024, 10_000] };
+    for &nq in counts {
         for k in [10usize, 100] {
             let q = &queries[..nq * d];
             let before = gpu.fallbacks();
@@ -275,6 +289,10 @@ fn main() {
         out,
         ",\"kmeans_step\":{{\"points\":{np},\"dim\":{d},\"k\":{kc},\"gpu_s\":{tg:.6},\"gpu_first_s\":{tfirst:.6},\"cpu_s\":{tc:.6},\"same_assignment\":{same:.6},\"fallbacks\":{fell}{dev_json}}}"
     );
+    if a.kmeans_only {
+        finish(&a.out, out, &bad);
+        return;
+    }
 
     // IVF-PQ and fast-scan: recall@10 against the exact top-10 and time per
     // batch of 1,000 queries, for a sweep of nprobe.
@@ -372,7 +390,8 @@ fn gemm_sweep(a: &Args, mut out: String, panels: &Panels, queries: &[f32], bad: 
     // upload, is what this times.
     let small = Panels::from_rows(&queries[..1_024 * d], d, Precision::F32);
     out.push_str(",\"gemm_sweep\":[");
-    for (i, shape) in GemmShape::ALL.into_iter().enumerate() {
+    let mut fastest: Option<(f64, GemmShape)> = None;
+    for (i, &shape) in a.shapes.iter().enumerate() {
         let t = Instant::now();
         let gpu = GpuCompute::with_options(GpuOptions {
             allow_software: a.allow_software,
@@ -396,6 +415,8 @@ fn gemm_sweep(a: &Args, mut out: String, panels: &Panels, queries: &[f32], bad: 
         );
         if fell > 0 || agree < 0.999 {
             bad.push(format!("gemm {shape}"));
+        } else if fastest.is_none_or(|(t, _)| tg < t) {
+            fastest = Some((tg, shape));
         }
         let _ = write!(
             out,
@@ -406,6 +427,10 @@ fn gemm_sweep(a: &Args, mut out: String, panels: &Panels, queries: &[f32], bad: 
         );
     }
     out.push(']');
+    if let Some((t, shape)) = fastest {
+        eprintln!("fastest GEMM shape: {shape} ({:.2} ms)", t * 1e3);
+        let _ = write!(out, ",\"fastest\":{}", json_str(&shape.to_string()));
+    }
     out
 }
 

@@ -127,7 +127,17 @@ impl std::ops::Deref for Kernel {
     }
 }
 
-/// Device time of one kernel, from timestamp queries ([`Gpu::timings`]).
+/// A shader variant: `entry` of `source` with `consts` prepended and
+/// `replace`ments made (see [`Gpu::pipeline`]).
+struct Variant<'a> {
+    source: &'static str,
+    entry: &'a str,
+    consts: &'a [(&'a str, String)],
+    replace: &'a [(&'a str, String)],
+    enable_f16: bool,
+}
+
+/// Device time of one kernel, from timestamp queries (`Gpu::timings`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KernelTime {
     /// Entry point (`gemm`, `segsel`, `merge`, `adc`, …).
@@ -387,7 +397,50 @@ impl Gpu {
         replace: &[(&str, String)],
         enable_f16: bool,
     ) -> Result<Arc<Kernel>> {
-        let mut key = format!("{:p}/{entry}/{enable_f16}", source.as_ptr());
+        let variant = Variant {
+            source,
+            entry,
+            consts,
+            replace,
+            enable_f16,
+        };
+        self.compile(variant, true).await
+    }
+
+    /// [`Gpu::pipeline`] compiled without wgpu's loop bounding (a 64-bit
+    /// counter it adds to every loop, so that a loop that never ends cannot
+    /// hang the driver).
+    ///
+    /// # Safety
+    ///
+    /// Every loop of `entry` (and of the functions it calls) must end: its
+    /// bound a constant, or a uniform that the host has checked, stepped by
+    /// a nonzero constant that cannot wrap past it.
+    pub async unsafe fn pipeline_unbounded(
+        &self,
+        source: &'static str,
+        entry: &str,
+        consts: &[(&str, String)],
+    ) -> Result<Arc<Kernel>> {
+        let variant = Variant {
+            source,
+            entry,
+            consts,
+            replace: &[],
+            enable_f16: false,
+        };
+        self.compile(variant, false).await
+    }
+
+    async fn compile(&self, variant: Variant<'_>, bounded: bool) -> Result<Arc<Kernel>> {
+        let Variant {
+            source,
+            entry,
+            consts,
+            replace,
+            enable_f16,
+        } = variant;
+        let mut key = format!("{:p}/{entry}/{enable_f16}/{bounded}", source.as_ptr());
         for (k, v) in consts.iter().chain(replace) {
             key.push_str(&format!("/{k}={v}"));
         }
@@ -407,10 +460,21 @@ impl Gpu {
         }
         code.push_str(&body);
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(entry),
             source: wgpu::ShaderSource::Wgsl(code.into()),
-        });
+        };
+        let module = if bounded {
+            self.device.create_shader_module(desc)
+        } else {
+            let checks = wgpu::ShaderRuntimeChecks {
+                force_loop_bounding: false,
+                ..wgpu::ShaderRuntimeChecks::checked()
+            };
+            // SAFETY: `pipeline_unbounded`'s callers promise that every loop
+            // of the entry ends; every other runtime check stays on.
+            unsafe { self.device.create_shader_module_trusted(desc, checks) }
+        };
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(entry),
             layout: None,

@@ -216,24 +216,31 @@ pub struct GemmShape {
     /// Queries of a thread's register tile (× 8 rows): 4 or 8 (8 runs with
     /// slabs of 16 dimensions).
     pub queries: u32,
+    /// `gemm` compiled without wgpu's loop bounding (a 64-bit counter
+    /// wgpu adds to every loop so that none can hang the driver; the
+    /// GEMM's loops are bounded by construction, and without the counter
+    /// `gemm_keep` ran 1.13× as fast on an H200).
+    pub unbounded: bool,
 }
 
-/// Slabs of 16 dimensions, no prefetch, 8-query register tiles: the
-/// fastest of [`GemmShape::ALL`] on an H200 (BENCHMARKS.md).
+/// Slabs of 16 dimensions, no prefetch, 8-query register tiles, no loop
+/// bounding: the fastest of [`GemmShape::ALL`] on an H200 (BENCHMARKS.md).
 impl Default for GemmShape {
     fn default() -> Self {
-        GemmShape::new(16, false, 8)
+        GemmShape::new(16, false, 8).unbounded()
     }
 }
 
 impl GemmShape {
     /// Every shape, for measuring them.
-    pub const ALL: [GemmShape; 5] = [
+    pub const ALL: [GemmShape; 7] = [
         GemmShape::new(16, false, 4),
         GemmShape::new(16, true, 4),
         GemmShape::new(32, false, 4),
         GemmShape::new(32, true, 4),
         GemmShape::new(16, false, 8),
+        GemmShape::new(16, false, 4).unbounded(),
+        GemmShape::new(16, false, 8).unbounded(),
     ];
 
     const fn new(slab: u32, prefetch: bool, queries: u32) -> Self {
@@ -241,12 +248,19 @@ impl GemmShape {
             slab,
             prefetch,
             queries,
+            unbounded: false,
         }
     }
 
+    const fn unbounded(mut self) -> Self {
+        self.unbounded = true;
+        self
+    }
+
     /// Parses a slab (`16` or `32`) followed by any of `prefetch`, `q4`
-    /// and `q8` (4- or 8-query register tiles; 4 unless `q8`),
-    /// comma-separated: `16`, `32,prefetch`, `16,q8`.
+    /// and `q8` (4- or 8-query register tiles; 4 unless `q8`) and
+    /// `unbounded` (no loop bounding), comma-separated: `16`,
+    /// `32,prefetch`, `16,q8,unbounded`.
     pub fn parse(s: &str) -> Result<Self> {
         let mut shape = GemmShape::new(16, false, 4);
         for part in s.split(',').map(str::trim) {
@@ -256,9 +270,10 @@ impl GemmShape {
                 "prefetch" => shape.prefetch = true,
                 "q4" => shape.queries = 4,
                 "q8" => shape.queries = 8,
+                "unbounded" => shape.unbounded = true,
                 _ => {
                     return Err(GpuError::Unsupported(format!(
-                        "GEMM shape {s:?}: expected 16 or 32, then optionally \",prefetch\" and \",q8\" or \",q4\""
+                        "GEMM shape {s:?}: expected 16 or 32, then optionally \",prefetch\", \",q8\" or \",q4\", \",unbounded\""
                     )));
                 }
             }
@@ -271,10 +286,11 @@ impl std::fmt::Display for GemmShape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}{}{}",
+            "{}{}{}{}",
             self.slab,
             if self.prefetch { ",prefetch" } else { "" },
-            if self.queries == 8 { ",q8" } else { "" }
+            if self.queries == 8 { ",q8" } else { "" },
+            if self.unbounded { ",unbounded" } else { "" }
         )
     }
 }
@@ -679,8 +695,9 @@ mod tests {
         for shape in GemmShape::ALL {
             assert_eq!(GemmShape::parse(&shape.to_string()).unwrap(), shape);
         }
-        assert_eq!(GemmShape::default().to_string(), "16,q8");
+        assert_eq!(GemmShape::default().to_string(), "16,q8,unbounded");
         assert_eq!(GemmShape::parse("32, prefetch").unwrap(), GemmShape::ALL[3]);
+        assert_eq!(GemmShape::parse("q8,unbounded,16").unwrap(), GemmShape::default());
         assert!(GemmShape::parse("24").is_err());
         assert!(GemmShape::parse("16,q9").is_err());
     }

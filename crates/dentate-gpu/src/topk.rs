@@ -473,7 +473,10 @@ impl GpuState {
                         count: blk_rows.div_ceil(seg),
                     };
                     let bind = select(&sel, &partial);
-                    gpu.dispatch(&mut enc, &sel, &bind, (partial.count as u32, nb as u32));
+                    // After the first block one workgroup takes each query's
+                    // segments (only an overflowing query has any to select).
+                    let per_query = if keep { 1 } else { partial.count as u32 };
+                    gpu.dispatch(&mut enc, &sel, &bind, (per_query, nb as u32));
                     if keep {
                         let bind = select(&survsel, &surv_best);
                         gpu.dispatch(&mut enc, &survsel, &bind, (nb as u32, 1));
@@ -621,20 +624,22 @@ pub(crate) fn gemm_shape(gpu: &Gpu) -> GemmShape {
 /// The `gemm` or `segsel` pipeline of a variant.
 pub(crate) async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool) -> Result<Arc<Kernel>> {
     let shape = gemm_shape(gpu);
-    gpu.pipeline(
-        wgsl::TOPK,
-        entry,
-        &[
-            ("TQ", format!("{tq}u")),
-            ("F16", f16.to_string()),
-            ("SEG", format!("{}u", seg_len(gpu))),
-            ("BK", format!("{}u", shape.slab)),
-            ("PF", shape.prefetch.to_string()),
-        ],
-        &[],
-        false,
-    )
-    .await
+    let consts = [
+        ("TQ", format!("{tq}u")),
+        ("F16", f16.to_string()),
+        ("SEG", format!("{}u", seg_len(gpu))),
+        ("BK", format!("{}u", shape.slab)),
+        ("PF", shape.prefetch.to_string()),
+    ];
+    if shape.unbounded && matches!(entry, "gemm" | "gemm_keep") {
+        // SAFETY: the loops of `gemm` and `gemm_keep` (`tile`, `emit`,
+        // `emit_keep`) are bounded by constants (BK, 4) or by the
+        // dimension P.d, stepped by BK, and P.d is at most 2^29 (a row of
+        // d floats fits a storage binding of at most 2^31 bytes, which the
+        // host checks before any dispatch), so k0 never wraps past it.
+        return unsafe { gpu.pipeline_unbounded(wgsl::TOPK, entry, &consts) }.await;
+    }
+    gpu.pipeline(wgsl::TOPK, entry, &consts, &[], false).await
 }
 
 /// The `Params` block of `topk.wgsl` (the shader names each field).

@@ -5,8 +5,9 @@
 //! same machine in the same run, written as one JSON object.
 //!
 //! `gpu_kit --out results.json [--n 1000000] [--dim 384] [--ivf-n 200000]
-//! [--allow-software] [--exact-only | --kmeans-only]` (`--kmeans-only`: the
-//! k-means step alone; `--exact-only`: exact search alone,
+//! [--allow-software] [--exact-only | --kmeans-only | --ivf-only]`
+//! (`--kmeans-only`, `--ivf-only`: the k-means step, or IVF-PQ and
+//! fast-scan, alone; `--exact-only`: exact search alone,
 //! the CPU timed and compared on the first 100 queries only — a quick look
 //! at the GPU kernel, not the kit's full comparison; `--gemm-sweep`: 10,000
 //! queries, k 10, on a device opened once per `GemmShape` (every one, or
@@ -32,6 +33,7 @@ struct Args {
     allow_software: bool,
     exact_only: bool,
     kmeans_only: bool,
+    ivf_only: bool,
     gemm_sweep: bool,
     shapes: Vec<dentate_gpu::GemmShape>,
 }
@@ -45,6 +47,7 @@ fn args() -> Args {
         allow_software: false,
         exact_only: false,
         kmeans_only: false,
+        ivf_only: false,
         gemm_sweep: false,
         shapes: dentate_gpu::GemmShape::ALL.to_vec(),
     };
@@ -59,6 +62,7 @@ fn args() -> Args {
             "--allow-software" => a.allow_software = true,
             "--exact-only" => a.exact_only = true,
             "--kmeans-only" => a.kmeans_only = true,
+            "--ivf-only" => a.ivf_only = true,
             "--gemm-sweep" => a.gemm_sweep = true,
             "--shapes" => {
                 a.shapes = value()
@@ -213,7 +217,11 @@ fn main() {
     eprintln!("upload + first call: {:.2} s", t.elapsed().as_secs_f64());
     out.push_str(",\"exact\":[");
     let mut first = true;
-    let counts: &[usize] = if a.kmeans_only { &[] } else { &[1, 100, 1_024, 10_000] };
+    let counts: &[usize] = if a.kmeans_only || a.ivf_only {
+        &[]
+    } else {
+        &[1, 100, 1_024, 10_000]
+    };
     for &nq in counts {
         for k in [10usize, 100] {
             let q = &queries[..nq * d];
@@ -253,42 +261,9 @@ fn main() {
         return;
     }
 
-    // One k-means step (assignment and centroid sums) as a training takes
-    // it: the first step of a training uploads its points, the later ones
-    // find them on the device. Both are timed; the CPU's steps are all alike.
-    let np = n.min(262_144);
-    let kc = 1_024.min(np);
-    let points = &base[..np * d];
-    let centroids = Panels::from_rows(&points[..kc * d], d, Precision::F32);
-    let before = gpu.fallbacks();
-    let training = PointsRef {
-        rows: points,
-        dim: d,
-        uid: dentate_core::views::new_uid(),
-    };
-    let t = Instant::now();
-    let first = gpu.kmeans_step(training, &centroids, Metric::Cosine);
-    let tfirst = t.elapsed().as_secs_f64();
-    let tg = best(3, || gpu.kmeans_step(training, &centroids, Metric::Cosine));
-    let tc = best(3, || cpu.kmeans_step(training, &centroids, Metric::Cosine));
-    let (dev_json, dev_log) = device(&gpu, 3, || gpu.kmeans_step(training, &centroids, Metric::Cosine));
-    let fell = gpu.fallbacks() - before;
-    let want = cpu.kmeans_step(training, &centroids, Metric::Cosine);
-    let same = first.assign.iter().zip(&want.assign).filter(|(a, b)| a == b).count() as f64 / np as f64;
-    eprintln!(
-        "k-means step {np} × {d}, k = {kc}: gpu {:.1} ms (first step of a training, upload included: {:.1} ms), cpu {:.1} ms, cpu/gpu {:.2}, same assignment {same:.5}, fallbacks {fell}; {dev_log}",
-        tg * 1e3,
-        tfirst * 1e3,
-        tc * 1e3,
-        tc / tg
-    );
-    if fell > 0 {
-        bad.push("kmeans".into());
+    if !a.ivf_only {
+        kmeans(&mut out, &mut bad, &gpu, base, d);
     }
-    let _ = write!(
-        out,
-        ",\"kmeans_step\":{{\"points\":{np},\"dim\":{d},\"k\":{kc},\"gpu_s\":{tg:.6},\"gpu_first_s\":{tfirst:.6},\"cpu_s\":{tc:.6},\"same_assignment\":{same:.6},\"fallbacks\":{fell}{dev_json}}}"
-    );
     if a.kmeans_only {
         finish(&a.out, out, &bad);
         return;
@@ -371,6 +346,47 @@ fn main() {
     }
     out.push(']');
     finish(&a.out, out, &bad);
+}
+
+/// One k-means step (assignment and centroid sums) as a training takes
+/// it: the first step of a training uploads its points, the later ones
+/// find them on the device. Both are timed; the CPU's steps are all alike.
+fn kmeans(out: &mut String, bad: &mut Vec<String>, gpu: &GpuCompute, base: &[f32], d: usize) {
+    let cpu = CpuCompute::default();
+    let n = base.len() / d;
+    let np = n.min(262_144);
+    let kc = 1_024.min(np);
+    let points = &base[..np * d];
+    let centroids = Panels::from_rows(&points[..kc * d], d, Precision::F32);
+    let before = gpu.fallbacks();
+    let training = PointsRef {
+        rows: points,
+        dim: d,
+        uid: dentate_core::views::new_uid(),
+    };
+    let t = Instant::now();
+    let first = gpu.kmeans_step(training, &centroids, Metric::Cosine);
+    let tfirst = t.elapsed().as_secs_f64();
+    let tg = best(3, || gpu.kmeans_step(training, &centroids, Metric::Cosine));
+    let tc = best(3, || cpu.kmeans_step(training, &centroids, Metric::Cosine));
+    let (dev_json, dev_log) = device(gpu, 3, || gpu.kmeans_step(training, &centroids, Metric::Cosine));
+    let fell = gpu.fallbacks() - before;
+    let want = cpu.kmeans_step(training, &centroids, Metric::Cosine);
+    let same = first.assign.iter().zip(&want.assign).filter(|(a, b)| a == b).count() as f64 / np as f64;
+    eprintln!(
+        "k-means step {np} × {d}, k = {kc}: gpu {:.1} ms (first step of a training, upload included: {:.1} ms), cpu {:.1} ms, cpu/gpu {:.2}, same assignment {same:.5}, fallbacks {fell}; {dev_log}",
+        tg * 1e3,
+        tfirst * 1e3,
+        tc * 1e3,
+        tc / tg
+    );
+    if fell > 0 {
+        bad.push("kmeans".into());
+    }
+    let _ = write!(
+        out,
+        ",\"kmeans_step\":{{\"points\":{np},\"dim\":{d},\"k\":{kc},\"gpu_s\":{tg:.6},\"gpu_first_s\":{tfirst:.6},\"cpu_s\":{tc:.6},\"same_assignment\":{same:.6},\"fallbacks\":{fell}{dev_json}}}"
+    );
 }
 
 /// Exact search of 10,000 queries (k 10) with each GEMM shape on a device

@@ -216,10 +216,11 @@ pub struct GemmShape {
     /// Queries of a thread's register tile (× 8 rows): 4 or 8 (8 runs with
     /// slabs of 16 dimensions).
     pub queries: u32,
-    /// `gemm` compiled without wgpu's loop bounding (a 64-bit counter
-    /// wgpu adds to every loop so that none can hang the driver; the
-    /// GEMM's loops are bounded by construction, and without the counter
-    /// `gemm_keep` ran 1.13× as fast on an H200).
+    /// The kernels of exact search (the GEMM, its selection and merges)
+    /// compiled without wgpu's loop bounding (a 64-bit counter wgpu adds
+    /// to every loop so that none can hang the driver; their loops end by
+    /// construction, and without the counter `gemm_keep` ran 1.13× as
+    /// fast on an H200).
     pub unbounded: bool,
 }
 

@@ -631,12 +631,20 @@ pub(crate) async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool)
         ("BK", format!("{}u", shape.slab)),
         ("PF", shape.prefetch.to_string()),
     ];
-    if shape.unbounded && matches!(entry, "gemm" | "gemm_keep") {
-        // SAFETY: the loops of `gemm` and `gemm_keep` (`tile`, `emit`,
-        // `emit_keep`) are bounded by constants (BK, 4) or by the
-        // dimension P.d, stepped by BK, and P.d is at most 2^29 (a row of
-        // d floats fits a storage binding of at most 2^31 bytes, which the
-        // host checks before any dispatch), so k0 never wraps past it.
+    if shape.unbounded {
+        // SAFETY: every loop of topk.wgsl ends. `gemm` and `gemm_keep`
+        // (`tile`, `emit`, `emit_keep`): constants (BK, 4) or the dimension
+        // P.d stepped by BK, and P.d is at most 2^29 (a row of d floats
+        // fits a storage binding of at most 2^31 bytes, which the host
+        // checks before any dispatch), so k0 never wraps past it.
+        // `best_col`: P.stride (a row of scores within a binding) stepped
+        // by 64. `segsel`, `survsel` (`select_best`): items bounded by SEG
+        // (`min` with the segment's end; `survsel` returns above SEG)
+        // stepped by 256, halvings to 0, four radix digits, a histogram
+        // walk that stops at bucket 0, powers of two up to SEG, and the
+        // block's segments (a count, stepped by 1). `merge`: slots below
+        // K (lists of K candidates within a binding: K < 2^27) stepped by
+        // 64, and a binary search whose interval shrinks every step.
         return unsafe { gpu.pipeline_unbounded(wgsl::TOPK, entry, &consts) }.await;
     }
     gpu.pipeline(wgsl::TOPK, entry, &consts, &[], false).await

@@ -22,8 +22,8 @@ import numpy as np
 import faiss
 
 KEYS = ["engine", "index", "factory", "nlist", "m", "opq", "nprobe", "rerank",
-        "k", "threads", "recall_at_k", "qps", "build_s", "bytes_per_vector",
-        "n", "d", "nq"]
+        "k", "threads", "recall_at_k", "ivf_coverage", "imbalance", "qps", "build_s",
+        "bytes_per_vector", "n", "d", "nq"]
 INDEX_KINDS = ("flat", "ivfpq", "ivfpqfs")
 
 
@@ -92,6 +92,44 @@ def bytes_per_vector(kind, d, m, refined):
     return b + (4 * d if refined else 0)
 
 
+def ivf_partition(inner, ivf, n):
+    """The list of every base row (-1 where none) and a function giving the
+    lists a query probes at nprobe, through the OPQ pre-transform when there
+    is one: what `dentate bench` reports as IVF coverage."""
+    list_of = np.full(n, -1, dtype=np.int64)
+    inv = ivf.invlists
+    for lst in range(ivf.nlist):
+        size = inv.list_size(lst)
+        if size:
+            ids = faiss.rev_swig_ptr(inv.get_ids(lst), size).copy()
+            list_of[ids] = lst
+    pre = None
+    if isinstance(inner, faiss.IndexPreTransform):
+        pre = inner
+
+    def probes(queries, nprobe):
+        xq = queries
+        if pre is not None:
+            for i in range(pre.chain.size()):
+                xq = pre.chain.at(i).apply(xq)
+        return ivf.quantizer.search(np.ascontiguousarray(xq, dtype=np.float32), nprobe)[1]
+
+    return list_of, probes
+
+
+def coverage(list_of, probed, gt, k):
+    """Share of each query's true top-k whose lists it probes, averaged."""
+    hits = 0.0
+    for row, lists in zip(gt[:, :k], probed):
+        hits += np.isin(list_of[row], lists).sum() / len(row)
+    return hits / len(gt)
+
+
+def imbalance_factor(ivf):
+    sizes = np.array([ivf.invlists.list_size(i) for i in range(ivf.nlist)], dtype=np.float64)
+    return float(len(sizes) * (sizes ** 2).sum() / sizes.sum() ** 2)
+
+
 def timed_search(index, queries, k):
     """Same protocol as `dentate bench`: one untimed full warm-up search, then
     full searches until 1 s or 10 runs have passed; the fastest run counts
@@ -118,7 +156,7 @@ def run_flat(base, queries, gt, args, common):
     ids, qps = timed_search(index, queries, args.k)
     # IVF/PQ parameters do not apply to a flat index: report them as null/false.
     yield dict(common, index="flat", factory="IndexFlatIP", nlist=None, m=None,
-               opq=False, nprobe=None, rerank=None,
+               opq=False, nprobe=None, rerank=None, ivf_coverage=None, imbalance=None,
                recall_at_k=recall_at_k(ids, gt, args.k), qps=qps, build_s=build_s,
                bytes_per_vector=bytes_per_vector("flat", d, 0, False))
 
@@ -148,6 +186,9 @@ def run_ivf(kind, base, queries, gt, args, common, nlist, m):
     index.train(base)  # faiss subsamples the k-means training set itself
     index.add(base)
     build_s = time.perf_counter() - t0
+    list_of, probes = ivf_partition(inner, ivf, len(base))
+    cover = {p: coverage(list_of, probes(queries, p), gt, args.k) for p in args.nprobe}
+    imbalance = imbalance_factor(ivf)
 
     # One trained index serves every re-rank factor: factor 0 searches the
     # inner IVF-PQ index directly, others set IndexRefineFlat's k_factor.
@@ -161,6 +202,7 @@ def run_ivf(kind, base, queries, gt, args, common, nlist, m):
             ids, qps = timed_search(target, queries, args.k)
             yield dict(common, index=kind, factory=name, nlist=nlist, m=m, nprobe=p, rerank=rerank,
                        recall_at_k=recall_at_k(ids, gt, args.k), qps=qps, build_s=build_s,
+                       ivf_coverage=round(cover[p], 4), imbalance=round(imbalance, 3),
                        bytes_per_vector=bytes_per_vector(kind, d, m, refined))
 
 

@@ -169,3 +169,51 @@ fn training_is_identical_across_thread_counts() {
     assert_eq!(one, build_in(2));
     assert_eq!(one, build_in(3));
 }
+
+/// IVF coverage: the coarse stage's recall ceiling. All lists probed hold
+/// every true neighbour; more probes never cover less; exact search with
+/// full re-ranking inside the probed lists never beats it; ids the index
+/// does not hold are missed; a deleted neighbour is missed; the truth must
+/// have a row per query.
+#[test]
+fn coverage_bounds_recall_and_grows_with_nprobe() {
+    let dim = 32;
+    let n = 3000;
+    let all = synth(n + 80, dim, 30, 21);
+    let (base, queries) = all.split_at(n * dim);
+    let mut cfg = IvfPqConfig::new(16, 8);
+    cfg.rerank_store = Some(Precision::F32);
+    cfg.kmeans_iterations = 10;
+    cfg.pq_iterations = 6;
+    let mut ivf = build(base, dim, cfg);
+    let k = 10;
+    let truth = exact_ids(base, dim, queries, k);
+    assert_eq!(ivf.coverage(queries, &truth, k, 16).unwrap(), 1.0);
+    let one_list = ivf.coverage(queries, &truth, k, 1).unwrap();
+    assert!(one_list < 1.0, "one list covers everything: the test shows nothing");
+    let mut last = 0.0;
+    for nprobe in [1, 2, 4, 8] {
+        let c = ivf.coverage(queries, &truth, k, nprobe).unwrap();
+        assert!(c >= last, "nprobe {nprobe}: {c} < {last}");
+        // Every candidate of the probed lists re-ranked exactly: recall is
+        // what the lists hold, at most the coverage.
+        let full = ivf
+            .search_with(queries, k, IvfSearchParams { nprobe, rerank: n })
+            .unwrap();
+        let r = recall_at_k(&full, &truth, k);
+        assert!(r <= c + 1e-9, "nprobe {nprobe}: recall {r} above coverage {c}");
+        last = c;
+    }
+    let unknown = vec![vec![u64::MAX; k]; truth.len()];
+    assert_eq!(ivf.coverage(queries, &unknown, k, 16).unwrap(), 0.0);
+    // The first query's nearest neighbour deleted: no longer covered.
+    let first = truth[0][0];
+    assert_eq!(ivf.remove(&[first]), 1);
+    let one = &queries[..dim];
+    let c = ivf.coverage(one, &truth[..1], k, 16).unwrap();
+    assert!((c - 0.9).abs() < 1e-9, "coverage after the delete: {c}");
+    assert!(matches!(
+        ivf.coverage(queries, &truth[..1], k, 4),
+        Err(Error::InvalidParameter { .. })
+    ));
+}

@@ -1,6 +1,6 @@
 //! `dentate bench`: recall@k, QPS, build time and bytes per vector.
 
-use crate::shared::{IndexSpec, build_index, load_truth, parse_list, read_matrix, thread_pool, timed_best};
+use crate::shared::{Coarse, IndexSpec, build_index, load_truth, parse_list, read_matrix, thread_pool, timed_best};
 use clap::Args;
 use dentate_core::data::recall_at_k;
 use dentate_core::{Index, IvfSearchParams, Precision};
@@ -51,6 +51,19 @@ pub struct BenchArgs {
     /// 20 for the fast-scan kinds).
     #[arg(long)]
     pub opq_iterations: Option<usize>,
+    /// Coarse k-means: training points per list (default: the index
+    /// kind's, 256 for ivfpq, 64 for the fast-scan kinds; FAISS: 256).
+    #[arg(long)]
+    pub kmeans_points_per_list: Option<usize>,
+    /// Coarse k-means: Lloyd iterations (default: the index kind's, 25 for
+    /// ivfpq, 10 for the fast-scan kinds; FAISS's IVF: 10).
+    #[arg(long)]
+    pub kmeans_iterations: Option<usize>,
+    /// Coarse k-means: `true` = spherical (unit centroids), `false` =
+    /// inner-product k-means with mean centroids as FAISS's IVF (default:
+    /// the index kind's, true for ivfpq, false for the fast-scan kinds).
+    #[arg(long)]
+    pub spherical_coarse: Option<bool>,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -93,6 +106,11 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         precision,
         opq_iterations: a.opq_iterations,
         rerank_store: reranks.iter().any(|&r| r > 0),
+        coarse: Coarse {
+            points_per_list: a.kmeans_points_per_list,
+            iterations: a.kmeans_iterations,
+            spherical: a.spherical_coarse,
+        },
     };
     let (index, build_s) = match &a.load {
         Some(path) => {
@@ -131,6 +149,24 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             a.opq,
         ),
     };
+    // The coarse partition's quality, engine against engine: how unequal
+    // the lists are (faiss's imbalance factor: 1 when all are equal) and,
+    // per nprobe, the share of the true top-k its probed lists hold.
+    let imbalance = match &index {
+        dentate_core::AnyIndex::IvfPq(ivf) => {
+            let sizes = ivf.list_sizes();
+            let total: f64 = sizes.iter().map(|&s| s as f64).sum();
+            let squares: f64 = sizes.iter().map(|&s| (s as f64).powi(2)).sum();
+            (total > 0.0).then(|| sizes.len() as f64 * squares / (total * total))
+        }
+        dentate_core::AnyIndex::Flat(_) => None,
+    };
+    let mut coverage = std::collections::HashMap::new();
+    if let dentate_core::AnyIndex::IvfPq(ivf) = &index {
+        for &nprobe in &nprobes {
+            coverage.insert(nprobe, ivf.coverage(&queries.data, &truth, a.k, nprobe)?);
+        }
+    }
     let mut rows = Vec::new();
     let mut emit = |nprobe: Option<usize>,
                     rerank: Option<usize>,
@@ -138,6 +174,9 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
      -> Result<(), Box<dyn std::error::Error>> {
         let (secs, res) = timed_best(search)?;
         let recall = recall_at_k(&res, &truth, a.k);
+        let cover = nprobe
+            .and_then(|p| coverage.get(&p))
+            .map(|c| (c * 10000.0).round() / 10000.0);
         let row = serde_json::json!({
             "engine": "dentate",
             "index": kind,
@@ -149,6 +188,8 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             "k": a.k,
             "threads": threads,
             "recall_at_k": (recall * 10000.0).round() / 10000.0,
+            "ivf_coverage": cover,
+            "imbalance": imbalance.map(|v| (v * 1000.0).round() / 1000.0),
             "qps": (queries.rows as f64 / secs * 10.0).round() / 10.0,
             "build_s": (build_s * 1000.0).round() / 1000.0,
             "bytes_per_vector": (bpv * 10.0).round() / 10.0,
@@ -179,15 +220,15 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
     }
     if !a.json {
         println!(
-            "{:<11} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10} {:>11} {:>9} {:>10}",
-            "index", "nlist", "m", "opq", "nprobe", "rerank", "recall@k", "QPS", "build s", "bytes/vec"
+            "{:<11} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10} {:>8} {:>11} {:>9} {:>10}",
+            "index", "nlist", "m", "opq", "nprobe", "rerank", "recall@k", "IVF cov", "QPS", "build s", "bytes/vec"
         );
         let dash = |v: &serde_json::Value| {
             if v.is_null() { "-".to_string() } else { v.to_string() }
         };
         for r in &rows {
             println!(
-                "{:<11} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10.4} {:>11.1} {:>9.3} {:>10.1}",
+                "{:<11} {:>6} {:>4} {:>4} {:>7} {:>7} {:>10.4} {:>8} {:>11.1} {:>9.3} {:>10.1}",
                 r["index"].as_str().unwrap_or(""),
                 dash(&r["nlist"]),
                 dash(&r["m"]),
@@ -199,14 +240,21 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
                 dash(&r["nprobe"]),
                 dash(&r["rerank"]),
                 r["recall_at_k"].as_f64().unwrap_or(0.0),
+                r["ivf_coverage"]
+                    .as_f64()
+                    .map_or("-".to_string(), |c| format!("{c:.4}")),
                 r["qps"].as_f64().unwrap_or(0.0),
                 r["build_s"].as_f64().unwrap_or(0.0),
                 r["bytes_per_vector"].as_f64().unwrap_or(0.0),
             );
         }
         println!(
-            "(n = {}, d = {}, {} queries, k = {}, {threads} threads, backend {backend})",
-            base.rows, base.cols, queries.rows, a.k
+            "(n = {}, d = {}, {} queries, k = {}, {threads} threads, backend {backend}{}; IVF cov: share of the true top-k in the probed lists)",
+            base.rows,
+            base.cols,
+            queries.rows,
+            a.k,
+            imbalance.map_or(String::new(), |v| format!(", list imbalance {v:.3}"))
         );
     }
     Ok(())

@@ -1,8 +1,8 @@
 //! Subcommands other than `bench`, and helpers shared with it.
 
 use crate::shared::{
-    EmbedderArgs, IndexSpec, Res, build_index, embed_all, load_truth, make_embedder, positive, read_lines, read_matrix,
-    timed_best,
+    Coarse, EmbedderArgs, IndexSpec, Res, build_index, embed_all, load_truth, make_embedder, positive, read_lines,
+    read_matrix, timed_best,
 };
 use clap::{Args, Subcommand};
 use dentate_core::data::{Matrix, SynthConfig, clustered, recall_at_k, write_fvecs, write_ivecs};
@@ -226,6 +226,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
             opq: false,
             precision: prec,
             opq_iterations: None,
+            coarse: Coarse::default(),
             rerank_store: false,
         };
         let (idx, build) = build_index(&spec, &base, true)?;
@@ -246,6 +247,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
         opq: true,
         precision: Precision::F16,
         opq_iterations: Some(8),
+        coarse: Coarse::default(),
         rerank_store: true,
     };
     let (idx, build) = build_index(&spec, &base, true)?;
@@ -323,6 +325,7 @@ fn build_cmd(a: &BuildArgs) -> Res<()> {
         opq: a.opq,
         precision: a.precision.parse()?,
         opq_iterations: a.opq_iterations,
+        coarse: Coarse::default(),
         rerank_store: !a.no_rerank_store,
     };
     let (idx, secs) = build_index(&spec, &base, true)?;

@@ -124,6 +124,16 @@ pub(crate) struct IndexSpec {
     pub precision: Precision,
     pub opq_iterations: Option<usize>,
     pub rerank_store: bool,
+    pub coarse: Coarse,
+}
+
+/// Coarse k-means settings that replace the index kind's defaults (for
+/// comparing partitions with another engine's).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Coarse {
+    pub points_per_list: Option<usize>,
+    pub iterations: Option<usize>,
+    pub spherical: Option<bool>,
 }
 
 /// Builds (trains and fills) an index over `base`, ids = row numbers.
@@ -144,6 +154,15 @@ pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) 
                 cfg.opq_config.iterations = it;
             }
             cfg.rerank_store = spec.rerank_store.then_some(spec.precision);
+            if let Some(p) = spec.coarse.points_per_list {
+                cfg.kmeans_points_per_list = p;
+            }
+            if let Some(it) = spec.coarse.iterations {
+                cfg.kmeans_iterations = it;
+            }
+            if let Some(s) = spec.coarse.spherical {
+                cfg.spherical_coarse = s;
+            }
             let mut ivf = IvfPqIndex::new(base.cols, cfg)?;
             let pb = spinner(progress, "training");
             ivf.train_with(&base.data, &mut |stage| pb.set_message(format!("training: {stage}")))?;

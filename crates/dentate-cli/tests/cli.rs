@@ -6,6 +6,20 @@ use std::process::Command;
 mod common;
 use common::{dentate, run_ok};
 
+/// `--base`, `--queries` and `--gt` for the set `synth` wrote into `dir`.
+fn synth_files(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut args = Vec::new();
+    for (flag, file) in [
+        ("--base", "base.fvecs"),
+        ("--queries", "queries.fvecs"),
+        ("--gt", "gt.ivecs"),
+    ] {
+        args.push(flag.into());
+        args.push(dir.join(file).into_os_string());
+    }
+    args
+}
+
 fn synth(dir: &Path, n: usize, dim: usize) {
     run_ok(
         dentate()
@@ -51,12 +65,7 @@ fn bench_json_has_the_documented_keys_and_reaches_recall() {
                 "2",
                 "--json",
             ])
-            .arg("--base")
-            .arg(p("base.fvecs"))
-            .arg("--queries")
-            .arg(p("queries.fvecs"))
-            .arg("--gt")
-            .arg(p("gt.ivecs")),
+            .args(synth_files(dir.path())),
     );
     let rows: Vec<serde_json::Value> = out
         .lines()
@@ -76,12 +85,41 @@ fn bench_json_has_the_documented_keys_and_reaches_recall() {
             assert!(r.get(key).is_some(), "missing {key} in {r}");
         }
         assert!(r["qps"].as_f64().unwrap() > 0.0);
+        // The probed lists bound what any re-ranking can find.
+        let cover = r["ivf_coverage"].as_f64().expect("IVF coverage");
+        assert!(r["recall_at_k"].as_f64().unwrap() <= cover + 1e-4, "{r}");
+        assert!(r["imbalance"].as_f64().unwrap() >= 1.0, "{r}");
     }
+    let cover = |p: u64| {
+        rows.iter().find(|r| r["nprobe"] == p).unwrap()["ivf_coverage"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(cover(1) < cover(8), "more probes cover more");
     let best = rows
         .iter()
         .map(|r| r["recall_at_k"].as_f64().unwrap())
         .fold(0.0, f64::max);
     assert!(best >= 0.95, "best recall {best}");
+    // The coarse k-means settings reach the training: one iteration on 40
+    // points a list partitions differently from the defaults.
+    let out = run_ok(
+        dentate()
+            .args([
+                "bench", "--index", "ivfpq", "--nlist", "32", "--m", "8", "--nprobe", "1", "--json",
+            ])
+            .args([
+                "--kmeans-iterations",
+                "1",
+                "--kmeans-points-per-list",
+                "40",
+                "--spherical-coarse",
+                "false",
+            ])
+            .args(synth_files(dir.path())),
+    );
+    let row: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_ne!(row["imbalance"], rows[0]["imbalance"], "{row}");
     // Flat, ground truth computed in-process: recall 1.
     let out = run_ok(
         dentate()

@@ -75,7 +75,7 @@ impl IndexKind {
 }
 
 /// Serialises fields into a payload buffer, behind room for the header
-/// ([`Writer::finish`] fills it in place: the image is built in one buffer).
+/// (`Writer::finish` fills it in place: the image is built in one buffer).
 #[derive(Debug)]
 pub struct Writer {
     buf: Vec<u8>,

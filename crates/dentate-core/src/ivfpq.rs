@@ -29,6 +29,7 @@ use crate::pq::{PqTrainConfig, ProductQuantizer, ksub_for};
 use crate::rows::RowTable;
 use crate::topk::{Cand, Hit};
 use crate::views::{BaseRef, InvList, InvertedRef, Probe, StoreRef, new_uid};
+use std::collections::HashMap;
 // The scan's views live in `views` (the compute interface reads them); the
 // index hands them out ([`IvfPqIndex::parts`], [`IvfPqIndex::plan`]).
 use crate::vector::{Bitset, Precision, batch_len, check_add, normalized};
@@ -65,10 +66,11 @@ pub struct IvfPqConfig {
     pub pq_iterations: usize,
     /// Coarse k-means trains on at most this many points per list (FAISS: 256).
     pub kmeans_points_per_list: usize,
-    /// Coarse centroids: `true` = spherical k-means (unit centroids), `false`
-    /// = inner-product k-means (centroids are the means of their vectors,
-    /// as FAISS's IVF for inner product), whose shorter residuals PQ codes
-    /// more accurately.
+    /// Coarse centroids: `true` = spherical k-means (unit centroids, as
+    /// FAISS's IVF trains for inner product), `false` = inner-product
+    /// k-means (centroids are the means of their vectors), whose shorter
+    /// residuals PQ codes more accurately but whose lists are less even
+    /// (BENCHMARKS.md, "IVF coverage").
     pub spherical_coarse: bool,
     /// OPQ training settings.
     pub opq_config: OpqConfig,
@@ -101,7 +103,8 @@ impl IvfPqConfig {
     /// sub-quantizers (`m/2` code bytes per vector; `m = dim/2` or `dim/4`
     /// are the usual choices): f16 re-rank store, nprobe 16, re-rank factor
     /// 10, 10 coarse k-means iterations (as FAISS's IVF) on at most 64
-    /// points per list, inner-product (not spherical) coarse k-means, OPQ
+    /// points per list (FAISS: 256), inner-product (not spherical, unlike
+    /// FAISS's IVF) coarse k-means, OPQ
     /// (when enabled) with 20 outer iterations on at most 16,384 vectors.
     pub fn fastscan(nlist: usize, m: usize) -> Self {
         let mut cfg = IvfPqConfig::new(nlist, m);
@@ -673,6 +676,43 @@ impl IvfPqIndex {
     /// Vectors per list (for diagnostics).
     pub fn list_sizes(&self) -> Vec<usize> {
         self.lists.iter().map(|l| l.rows.len()).collect()
+    }
+
+    /// IVF coverage: the share of each query's true nearest ids (the first
+    /// `k` of its row of `truth`) that lie in the lists its `nprobe` probes
+    /// hold, averaged over the queries. It is the recall ceiling of the
+    /// coarse stage, whatever the codes and the re-ranking do (ids not in
+    /// the index, or deleted, count as missed); compare it with another
+    /// engine's partition at equal nprobe.
+    pub fn coverage(&self, queries: &[f32], truth: &[Vec<u64>], k: usize, nprobe: usize) -> Result<f64> {
+        let plan = self.plan(queries, k, IvfSearchParams { nprobe, rerank: 0 })?;
+        if truth.len() != plan.probes.len() {
+            return Err(Error::param(
+                "truth",
+                format!("{} rows of truth for {} queries", truth.len(), plan.probes.len()),
+            ));
+        }
+        let mut list_of: HashMap<u64, u32> = HashMap::with_capacity(self.len());
+        for (l, list) in self.lists.iter().enumerate() {
+            for &r in &list.rows {
+                if self.rows.alive.get(r as usize) {
+                    list_of.insert(self.rows.ids[r as usize], l as u32);
+                }
+            }
+        }
+        let mut sum = 0.0;
+        for (probes, want) in plan.probes.iter().zip(truth) {
+            let want = &want[..want.len().min(k)];
+            if want.is_empty() {
+                continue;
+            }
+            let found = want
+                .iter()
+                .filter(|id| list_of.get(id).is_some_and(|l| probes.iter().any(|p| p.list == *l)))
+                .count();
+            sum += found as f64 / want.len() as f64;
+        }
+        Ok(sum / truth.len().max(1) as f64)
     }
 }
 

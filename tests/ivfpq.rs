@@ -188,12 +188,14 @@ fn coverage_bounds_recall_and_grows_with_nprobe() {
     let mut ivf = build(base, dim, cfg);
     let k = 10;
     let truth = exact_ids(base, dim, queries, k);
-    assert_eq!(ivf.coverage(queries, &truth, k, 16).unwrap(), 1.0);
-    let one_list = ivf.coverage(queries, &truth, k, 1).unwrap();
+    assert_eq!(ivf.coverage(queries, &truth, k, &[16]).unwrap()[0], 1.0);
+    let one_list = ivf.coverage(queries, &truth, k, &[1]).unwrap()[0];
     assert!(one_list < 1.0, "one list covers everything: the test shows nothing");
     let mut last = 0.0;
+    let mut singles = Vec::new();
     for nprobe in [1, 2, 4, 8] {
-        let c = ivf.coverage(queries, &truth, k, nprobe).unwrap();
+        let c = ivf.coverage(queries, &truth, k, &[nprobe]).unwrap()[0];
+        singles.push(c);
         assert!(c >= last, "nprobe {nprobe}: {c} < {last}");
         // Every candidate of the probed lists re-ranked exactly: recall is
         // what the lists hold, at most the coverage.
@@ -204,16 +206,22 @@ fn coverage_bounds_recall_and_grows_with_nprobe() {
         assert!(r <= c + 1e-9, "nprobe {nprobe}: recall {r} above coverage {c}");
         last = c;
     }
+    // One call for several nprobe (one coarse search) gives each the same.
+    assert_eq!(ivf.coverage(queries, &truth, k, &[1, 2, 4, 8]).unwrap(), singles);
+    assert!(matches!(
+        ivf.coverage(queries, &truth, k, &[4, 0]),
+        Err(Error::InvalidParameter { .. })
+    ));
     let unknown = vec![vec![u64::MAX; k]; truth.len()];
-    assert_eq!(ivf.coverage(queries, &unknown, k, 16).unwrap(), 0.0);
+    assert_eq!(ivf.coverage(queries, &unknown, k, &[16]).unwrap()[0], 0.0);
     // The first query's nearest neighbour deleted: no longer covered.
     let first = truth[0][0];
     assert_eq!(ivf.remove(&[first]), 1);
     let one = &queries[..dim];
-    let c = ivf.coverage(one, &truth[..1], k, 16).unwrap();
+    let c = ivf.coverage(one, &truth[..1], k, &[16]).unwrap()[0];
     assert!((c - 0.9).abs() < 1e-9, "coverage after the delete: {c}");
     assert!(matches!(
-        ivf.coverage(queries, &truth[..1], k, 4),
+        ivf.coverage(queries, &truth[..1], k, &[4]),
         Err(Error::InvalidParameter { .. })
     ));
 }

@@ -161,12 +161,14 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         }
         dentate_core::AnyIndex::Flat(_) => None,
     };
-    let mut coverage = std::collections::HashMap::new();
-    if let dentate_core::AnyIndex::IvfPq(ivf) = &index {
-        for &nprobe in &nprobes {
-            coverage.insert(nprobe, ivf.coverage(&queries.data, &truth, a.k, nprobe)?);
-        }
-    }
+    let coverage: std::collections::HashMap<usize, f64> = match &index {
+        dentate_core::AnyIndex::IvfPq(ivf) => nprobes
+            .iter()
+            .copied()
+            .zip(ivf.coverage(&queries.data, &truth, a.k, &nprobes)?)
+            .collect(),
+        dentate_core::AnyIndex::Flat(_) => Default::default(),
+    };
     let mut rows = Vec::new();
     let mut emit = |nprobe: Option<usize>,
                     rerank: Option<usize>,

@@ -29,7 +29,6 @@ use crate::pq::{PqTrainConfig, ProductQuantizer, ksub_for};
 use crate::rows::RowTable;
 use crate::topk::{Cand, Hit};
 use crate::views::{BaseRef, InvList, InvertedRef, Probe, StoreRef, new_uid};
-use std::collections::HashMap;
 // The scan's views live in `views` (the compute interface reads them); the
 // index hands them out ([`IvfPqIndex::parts`], [`IvfPqIndex::plan`]).
 use crate::vector::{Bitset, Precision, batch_len, check_add, normalized};
@@ -678,41 +677,73 @@ impl IvfPqIndex {
         self.lists.iter().map(|l| l.rows.len()).collect()
     }
 
-    /// IVF coverage: the share of each query's true nearest ids (the first
-    /// `k` of its row of `truth`) that lie in the lists its `nprobe` probes
-    /// hold, averaged over the queries. It is the recall ceiling of the
-    /// coarse stage, whatever the codes and the re-ranking do (ids not in
-    /// the index, or deleted, count as missed); compare it with another
-    /// engine's partition at equal nprobe.
-    pub fn coverage(&self, queries: &[f32], truth: &[Vec<u64>], k: usize, nprobe: usize) -> Result<f64> {
-        let plan = self.plan(queries, k, IvfSearchParams { nprobe, rerank: 0 })?;
+    /// IVF coverage at each of `nprobes`: the share of each query's true
+    /// nearest ids (the first `k` of its row of `truth`) that lie in the
+    /// lists its `nprobe` probes hold, averaged over the queries. It is the
+    /// recall ceiling of the coarse stage, whatever the codes and the
+    /// re-ranking do (ids not in the index, or deleted, count as missed);
+    /// compare it with another engine's partition at equal nprobe. One
+    /// coarse search at the largest nprobe serves them all: a query's
+    /// probes are its best lists in order, so fewer are a prefix.
+    pub fn coverage(&self, queries: &[f32], truth: &[Vec<u64>], k: usize, nprobes: &[usize]) -> Result<Vec<f64>> {
+        if nprobes.contains(&0) {
+            return Err(Error::param("nprobe", "must be at least 1"));
+        }
+        let Some(&most) = nprobes.iter().max() else {
+            return Ok(Vec::new());
+        };
+        let plan = self.plan(
+            queries,
+            k,
+            IvfSearchParams {
+                nprobe: most,
+                rerank: 0,
+            },
+        )?;
         if truth.len() != plan.probes.len() {
             return Err(Error::param(
                 "truth",
                 format!("{} rows of truth for {} queries", truth.len(), plan.probes.len()),
             ));
         }
-        let mut list_of: HashMap<u64, u32> = HashMap::with_capacity(self.len());
+        let mut list_of_row = vec![u32::MAX; self.rows.ids.len()];
         for (l, list) in self.lists.iter().enumerate() {
             for &r in &list.rows {
-                if self.rows.alive.get(r as usize) {
-                    list_of.insert(self.rows.ids[r as usize], l as u32);
+                if let Some(slot) = list_of_row.get_mut(r as usize) {
+                    *slot = l as u32;
                 }
             }
         }
-        let mut sum = 0.0;
-        for (probes, want) in plan.probes.iter().zip(truth) {
-            let want = &want[..want.len().min(k)];
-            if want.is_empty() {
-                continue;
-            }
-            let found = want
-                .iter()
-                .filter(|id| list_of.get(id).is_some_and(|l| probes.iter().any(|p| p.list == *l)))
-                .count();
-            sum += found as f64 / want.len() as f64;
-        }
-        Ok(sum / truth.len().max(1) as f64)
+        // The list of each live true neighbour (deleted or unknown: none).
+        let lists: Vec<Vec<Option<u32>>> = truth
+            .iter()
+            .map(|want| {
+                want.iter()
+                    .take(k)
+                    .map(|&id| self.rows.row_of(id).and_then(|r| list_of_row.get(r as usize).copied()))
+                    .collect()
+            })
+            .collect();
+        Ok(nprobes
+            .iter()
+            .map(|&nprobe| {
+                let sum: f64 = plan
+                    .probes
+                    .iter()
+                    .zip(&lists)
+                    .filter(|(_, want)| !want.is_empty())
+                    .map(|(probes, want)| {
+                        let probed = &probes[..nprobe.min(probes.len())];
+                        let found = want
+                            .iter()
+                            .filter(|l| l.is_some_and(|l| probed.iter().any(|p| p.list == l)))
+                            .count();
+                        found as f64 / want.len() as f64
+                    })
+                    .sum();
+                sum / truth.len().max(1) as f64
+            })
+            .collect())
     }
 }
 

@@ -262,7 +262,7 @@ fn main() {
     }
 
     if !a.ivf_only {
-        kmeans(&mut out, &mut bad, &gpu, base, d);
+        kmeans(&mut out, &mut bad, (&gpu, &cpu), base, d);
     }
     if a.kmeans_only {
         finish(&a.out, out, &bad);
@@ -351,8 +351,7 @@ fn main() {
 /// One k-means step (assignment and centroid sums) as a training takes
 /// it: the first step of a training uploads its points, the later ones
 /// find them on the device. Both are timed; the CPU's steps are all alike.
-fn kmeans(out: &mut String, bad: &mut Vec<String>, gpu: &GpuCompute, base: &[f32], d: usize) {
-    let cpu = CpuCompute::default();
+fn kmeans(out: &mut String, bad: &mut Vec<String>, (gpu, cpu): (&GpuCompute, &CpuCompute), base: &[f32], d: usize) {
     let n = base.len() / d;
     let np = n.min(262_144);
     let kc = 1_024.min(np);

@@ -1,6 +1,6 @@
 //! `VectorIndex`: the exact and IVF-PQ indexes, and `SearchResults`.
 
-use crate::convert::{err, get_bool, get_usize, ids_from_js};
+use crate::convert::{err, get_bool, get_string, get_usize, ids_from_js, set};
 use dentate_core::{AnyIndex, FlatIndex, Hit, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
 use wasm_bindgen::prelude::*;
 
@@ -212,6 +212,44 @@ impl VectorIndex {
         SearchResults::from_hits(&hits, k, self.inner.as_index().len())
     }
 
+    /// Where a `searchWith` call's time goes, in milliseconds:
+    /// `{ plan, scan, rerank, results, total }` — validation, rotation and
+    /// the coarse search; lookup tables and the list scans; exact
+    /// re-ranking; building the result arrays; and the whole call inside
+    /// the module (a caller's own timing minus `total` is the JS ↔ wasm
+    /// boundary). An exact index reports its whole search as `scan`.
+    pub fn profile(&self, queries: &[f32], k: usize, nprobe: usize, rerank: usize) -> Result<js_sys::Object, JsValue> {
+        let t0 = web_time::Instant::now();
+        let (hits, stages) = match &self.inner {
+            AnyIndex::Flat(i) => {
+                let hits = i.search(queries, k).map_err(err)?;
+                let scan = t0.elapsed();
+                (
+                    hits,
+                    dentate_core::SearchStages {
+                        scan,
+                        ..Default::default()
+                    },
+                )
+            }
+            AnyIndex::IvfPq(i) => i
+                .search_timed(queries, k, IvfSearchParams { nprobe, rerank })
+                .map_err(err)?,
+        };
+        let t_search = t0.elapsed();
+        let results = SearchResults::from_hits(&hits, k, self.inner.as_index().len())?;
+        drop(results);
+        let total = t0.elapsed();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let out = js_sys::Object::new();
+        set(&out, "plan", ms(stages.plan));
+        set(&out, "scan", ms(stages.scan));
+        set(&out, "rerank", ms(stages.rerank));
+        set(&out, "results", ms(total - t_search));
+        set(&out, "total", ms(total));
+        Ok(out)
+    }
+
     /// Removes ids (tombstones); returns how many were present.
     pub fn remove(&mut self, ids: JsValue) -> Result<usize, JsValue> {
         let ids = ids_from_js(&ids)?;
@@ -296,6 +334,21 @@ impl VectorIndex {
         }
         if cfg.nprobe == 0 {
             return Err(err("nprobe must be at least 1"));
+        }
+        if let Some(store) = get_string(options, "rerankStore")? {
+            cfg.rerank_store = match store.as_str() {
+                "f16" => Some(Precision::F16),
+                "f32" => Some(Precision::F32),
+                "none" => None,
+                other => {
+                    return Err(err(format!(
+                        "rerankStore must be \"f16\", \"f32\" or \"none\", not {other:?}"
+                    )));
+                }
+            };
+            if cfg.rerank_store.is_none() {
+                cfg.rerank = 0;
+            }
         }
         let idx = IvfPqIndex::new(dim, cfg).map_err(err)?;
         Ok(VectorIndex {

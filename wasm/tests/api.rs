@@ -467,3 +467,44 @@ fn memory_dimensions_are_bounded() {
     mem.add_messages("ann", chat()).unwrap();
     assert!(HashingEmbedder::new(Some(65_537)).is_err());
 }
+
+#[wasm_bindgen_test]
+fn rerank_store_option_and_stage_profile() {
+    let (n, dim) = (2000, 32);
+    let data = synth(n, dim, 10, 21);
+    let store = |s: &str| {
+        let opts = js_sys::Object::new();
+        Reflect::set(&opts, &"rerankStore".into(), &s.into()).unwrap();
+        opts.into()
+    };
+    let mut f16 = VectorIndex::fast_scan(dim, 8, 8, store("f16")).unwrap();
+    let mut f32s = VectorIndex::fast_scan(dim, 8, 8, store("f32")).unwrap();
+    let mut none = VectorIndex::fast_scan(dim, 8, 8, store("none")).unwrap();
+    for idx in [&mut f16, &mut f32s, &mut none] {
+        idx.train(&data).unwrap();
+        idx.add(ids(0..n as u32), &data).unwrap();
+    }
+    // The f32 store keeps twice the bytes of the f16 one and the same
+    // answers on well-separated data; without a store there is nothing
+    // to re-rank from, said plainly.
+    assert!(f32s.save().len() > f16.save().len() + n * dim);
+    let q = &data[..dim];
+    assert_eq!(
+        f16.search_with(q, 5, 8, 4).unwrap().ids(),
+        f32s.search_with(q, 5, 8, 4).unwrap().ids()
+    );
+    assert!(message(none.search_with(q, 5, 8, 4).unwrap_err()).contains("re-rank"));
+    assert_eq!(none.search(q, 5).unwrap().counts().to_vec(), vec![5]);
+    assert!(message(VectorIndex::fast_scan(dim, 8, 8, store("f8")).unwrap_err()).contains("rerankStore"));
+
+    // The profile names each stage in milliseconds; the stages fit in the total.
+    let p = f16.profile(q, 5, 8, 4).unwrap();
+    let get = |k: &str| Reflect::get(&p, &k.into()).unwrap().as_f64().expect(k);
+    for k in ["plan", "scan", "rerank", "results", "total"] {
+        assert!(get(k) >= 0.0, "{k}");
+    }
+    assert!(get("plan") + get("scan") + get("rerank") + get("results") <= get("total") + 1e-9);
+    assert!(get("total") > 0.0);
+    let exact = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
+    assert!(message(exact.profile(q, 0, 1, 0).unwrap_err()).contains("k"));
+}

@@ -197,6 +197,17 @@ impl InvList {
     }
 }
 
+/// Where the time of one [`IvfPqIndex::search_timed`] call went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SearchStages {
+    /// Validation, normalisation, the OPQ rotation and the coarse search.
+    pub plan: std::time::Duration,
+    /// The queries' lookup tables and the scan of their probed lists.
+    pub scan: std::time::Duration,
+    /// Exact re-ranking of the shortlists (zero without it).
+    pub rerank: std::time::Duration,
+}
+
 /// Approximate cosine search with IVF + (O)PQ + optional exact re-ranking,
 /// with 8-bit codes or 4-bit fast-scan codes ([`PqCodes`]).
 ///
@@ -381,6 +392,24 @@ impl IvfPqIndex {
 
     /// Searches with explicit settings.
     pub fn search_with(&self, queries: &[f32], k: usize, params: IvfSearchParams) -> Result<Vec<Vec<Hit>>> {
+        let (hits, stages) = self.search_timed(queries, k, params)?;
+        log::debug!(
+            "search: rotate + coarse {:?}, tables + scan {:?}, rerank {:?}",
+            stages.plan,
+            stages.scan,
+            stages.rerank
+        );
+        Ok(hits)
+    }
+
+    /// [`IvfPqIndex::search_with`], also saying where its time went (the
+    /// stage profile behind the browser's and the CLI's latency figures).
+    pub fn search_timed(
+        &self,
+        queries: &[f32],
+        k: usize,
+        params: IvfSearchParams,
+    ) -> Result<(Vec<Vec<Hit>>, SearchStages)> {
         let c = self.compute.as_ref();
         let t0 = web_time::Instant::now();
         let plan = self.plan(queries, k, params)?;
@@ -392,13 +421,12 @@ impl IvfPqIndex {
             (Some(store), true) => c.rerank(&plan.queries, store, parts.ids, &IvfPlan::rows(&cands), plan.k),
             _ => cands,
         };
-        log::debug!(
-            "search: rotate + coarse {:?}, tables + scan {:?}, rerank {:?}",
-            t_plan,
-            t_scan - t_plan,
-            t0.elapsed() - t_scan
-        );
-        Ok(IvfPlan::finish(out, plan.k))
+        let stages = SearchStages {
+            plan: t_plan,
+            scan: t_scan - t_plan,
+            rerank: t0.elapsed() - t_scan,
+        };
+        Ok((IvfPlan::finish(out, plan.k), stages))
     }
 
     /// The first stage of a search: validation, normalisation, the OPQ

@@ -58,7 +58,7 @@ pub use flat::FlatIndex;
 pub use hybrid::{DEFAULT_FUSION, Fusion, candidate_depth, fuse, hybrid_search};
 pub use index::Index;
 pub use io::IndexKind;
-pub use ivfpq::{IvfPqConfig, IvfPqIndex, IvfSearchParams};
+pub use ivfpq::{IvfPqConfig, IvfPqIndex, IvfSearchParams, SearchStages};
 pub use kmeans::{ChooseK, Init, KMeans, KMeansConfig, choose_k, silhouette};
 pub use layout::{Floats, Panels, RowMajor};
 pub use lexical::{Bm25Params, LexicalIndex};

@@ -160,6 +160,8 @@ pub fn dot_f16_with(isa: Isa, a: &[f16], b: &[f32]) -> f32 {
         Isa::Avx512 => unsafe { x86::dot_f16_avx512(a, b) },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::dot_f16_avx2(a, b) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => wasm::dot_f16_simd128(a, b),
         _ => {
             let mut s = 0f32;
             for (x, y) in a.iter().zip(b) {
@@ -216,10 +218,22 @@ pub fn tiles_f16(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { x86::tiles_f16_avx2(q, nq, d, p, np, out, width) },
         _ => {
-            scratch.clear();
-            scratch.extend(p.iter().map(|h| h.to_f32()));
+            widen_f16(isa, p, scratch);
             tiles_portable(isa, q, nq, d, scratch, np, out, width)
         }
+    }
+}
+
+/// `p` as f32 into `out` (replacing its contents).
+pub fn widen_f16(isa: Isa, p: &[f16], out: &mut Vec<f32>) {
+    out.clear();
+    match isa {
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => {
+            out.resize(p.len(), 0.0);
+            wasm::widen_f16_simd128(p, out);
+        }
+        _ => out.extend(p.iter().map(|h| h.to_f32())),
     }
 }
 

@@ -372,45 +372,51 @@ mod wasm {
     use super::{BLOCK, OnHits};
     use core::arch::wasm32::*;
 
+    /// Same trick as the AVX paths: the shuffled bytes are added as u16
+    /// lanes (each = even entry + 256 · odd entry) and the odd bytes,
+    /// shifted down, separately; the even sums come out once per block.
+    /// This spares the two widenings per shuffle (and the byte shift, which
+    /// wasm engines emulate on x86) that dominate a naive loop.
     pub(super) fn scan_simd128(lut: &[u8], blocks: &[u8], mut thr: u16, on_hits: &mut OnHits<'_>) {
         let bb = lut.len();
         let nib = u8x16_splat(15);
-        let load = |s: &[u8]| {
-            u8x16(
-                s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15],
-            )
-        };
         for (b, block) in blocks.chunks_exact(bb).enumerate() {
             let mut a = [u16x8_splat(0); 4];
             for (c, t) in block.chunks_exact(16).zip(lut.chunks_exact(16)) {
-                let c = load(c);
-                let t = load(t);
+                // SAFETY: both chunks are exactly 16 bytes; wasm loads need no alignment.
+                let (c, t) = unsafe {
+                    (
+                        v128_load(c.as_ptr() as *const v128),
+                        v128_load(t.as_ptr() as *const v128),
+                    )
+                };
                 let rl = i8x16_swizzle(t, v128_and(c, nib));
-                let rh = i8x16_swizzle(t, u8x16_shr(c, 4));
-                a[0] = u16x8_add(a[0], u16x8_extend_low_u8x16(rl));
-                a[1] = u16x8_add(a[1], u16x8_extend_high_u8x16(rl));
-                a[2] = u16x8_add(a[2], u16x8_extend_low_u8x16(rh));
-                a[3] = u16x8_add(a[3], u16x8_extend_high_u8x16(rh));
+                let rh = i8x16_swizzle(t, v128_and(u16x8_shr(c, 4), nib));
+                a[0] = u16x8_add(a[0], rl);
+                a[1] = u16x8_add(a[1], u16x8_shr(rl, 8));
+                a[2] = u16x8_add(a[2], rh);
+                a[3] = u16x8_add(a[3], u16x8_shr(rh, 8));
             }
+            // Lane L of odd = entry 2L + 1, of even = entry 2L (entries 0–15
+            // from the low nibbles, 16–31 from the high ones).
+            let even_l = u16x8_sub(a[0], u16x8_shl(a[1], 8));
+            let even_h = u16x8_sub(a[2], u16x8_shl(a[3], 8));
+            let s = [
+                u16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(even_l, a[1]),
+                u16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(even_l, a[1]),
+                u16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(even_h, a[3]),
+                u16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(even_h, a[3]),
+            ];
             let tv = u16x8_splat(thr);
             let mut mask = 0u32;
-            for (i, acc) in a.iter().enumerate() {
+            for (i, acc) in s.iter().enumerate() {
                 mask |= u32::from(i16x8_bitmask(u16x8_ge(*acc, tv))) << (8 * i);
             }
             if mask != 0 {
                 let mut sums = [0u16; BLOCK];
-                for (i, acc) in a.iter().enumerate() {
-                    let lanes = [
-                        u16x8_extract_lane::<0>(*acc),
-                        u16x8_extract_lane::<1>(*acc),
-                        u16x8_extract_lane::<2>(*acc),
-                        u16x8_extract_lane::<3>(*acc),
-                        u16x8_extract_lane::<4>(*acc),
-                        u16x8_extract_lane::<5>(*acc),
-                        u16x8_extract_lane::<6>(*acc),
-                        u16x8_extract_lane::<7>(*acc),
-                    ];
-                    sums[8 * i..8 * i + 8].copy_from_slice(&lanes);
+                for (i, acc) in s.iter().enumerate() {
+                    // SAFETY: 8 u16 lanes into sums[8i..8i + 8], i < 4.
+                    unsafe { v128_store(sums.as_mut_ptr().add(8 * i) as *mut v128, *acc) };
                 }
                 match on_hits(b, mask, &sums) {
                     Some(t) => thr = t,

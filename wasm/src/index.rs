@@ -250,6 +250,27 @@ impl VectorIndex {
         Ok(out)
     }
 
+    /// Saves the index (the bytes of `save()`) in the page's storage under
+    /// `name`, replacing what was there: the origin private file system,
+    /// or IndexedDB where it cannot write. Resolves when the bytes are kept.
+    #[wasm_bindgen(js_name = saveTo)]
+    pub fn save_to(&self, name: String) -> js_sys::Promise {
+        let bytes = self.save();
+        wasm_bindgen_futures::future_to_promise(async move {
+            crate::persist::put(&name, &bytes).await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// The index saved under `name` by `saveTo` (in this page or an earlier
+    /// one of the same origin). Throws when nothing is saved there or the
+    /// bytes are damaged.
+    #[wasm_bindgen(js_name = loadFrom)]
+    pub async fn load_from(name: String) -> Result<VectorIndex, JsValue> {
+        let bytes = crate::persist::get(&name).await?;
+        VectorIndex::load(&bytes)
+    }
+
     /// Removes ids (tombstones); returns how many were present.
     pub fn remove(&mut self, ids: JsValue) -> Result<usize, JsValue> {
         let ids = ids_from_js(&ids)?;

@@ -11,9 +11,12 @@
 //! - [`HashingEmbedder`]: the zero-download text embedder.
 //! - [`WebGpu`] (feature `webgpu`): the compute shaders on `navigator.gpu`;
 //!   `VectorIndex.searchGpu` runs exact and IVF-PQ searches there.
-//! - [`AgentMemory`] (feature `memory`): HEMA, Nemori or the RAG baseline
+//! - [`AgentMemory`] (feature `memory`): HEMA, Nemori, Amory, PREMem or the RAG baseline
 //!   over an in-memory SQLite store, snapshotted to a `Uint8Array` (for
 //!   IndexedDB) and restored from one.
+//! - `saveTo(name)` / `loadFrom(name)` on both, [`list_saved`],
+//!   [`remove_saved`]: the page's own storage (OPFS, or IndexedDB where
+//!   OPFS cannot write), kept across reloads.
 //!
 //! Errors are thrown as JavaScript `Error`s named `DentateError` whose
 //! message says what is wrong. The CPU kernels use wasm `simd128` when the
@@ -31,7 +34,10 @@ mod gpu;
 mod index;
 mod lexical;
 #[cfg(feature = "memory")]
+mod llm;
+#[cfg(feature = "memory")]
 mod memory;
+mod persist;
 
 pub use embed::HashingEmbedder;
 #[cfg(feature = "webgpu")]
@@ -40,6 +46,7 @@ pub use index::{SearchResults, VectorIndex};
 pub use lexical::{LexicalIndex, hybrid_search};
 #[cfg(feature = "memory")]
 pub use memory::AgentMemory;
+pub use persist::{list_saved, remove_saved, storage_backend, use_storage};
 
 use wasm_bindgen::prelude::*;
 

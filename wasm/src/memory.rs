@@ -2,8 +2,9 @@
 //! store, snapshotted to bytes.
 
 use crate::convert::{err, get, get_string, get_usize, set};
+use crate::llm::JsLlm;
 use dentate_embed::{EmbedError, Embedder, HashingEmbedder};
-use dentate_memory::{Memory, PipelineKind, Retrieved, Retriever};
+use dentate_memory::{Llm, Memory, PipelineKind, Retrieved, Retriever};
 use js_sys::{Array, Float32Array, Function, Object};
 use std::sync::Arc;
 use wasm_bindgen::JsCast;
@@ -79,7 +80,7 @@ impl Embedder for JsEmbedder {
     }
 }
 
-fn describe(e: &JsValue) -> String {
+pub(crate) fn describe(e: &JsValue) -> String {
     e.dyn_ref::<js_sys::Error>()
         .map(|e| String::from(e.message()))
         .or_else(|| e.as_string())
@@ -88,22 +89,37 @@ fn describe(e: &JsValue) -> String {
 
 /// Agent memory in the page: messages in, relevant memories (with the
 /// ids of the messages they came from) out. Options:
-/// `pipeline` (`hema` default, `nemori`, `rag`), `retriever` (`hybrid`
+/// `pipeline` (`hema` default, `nemori`, `rag`, `amory` — also
+/// `amory-rapid`, `amory-none` for its consolidation modes — or `premem`),
+/// `llm` (a function `(request) => string` that answers the pipeline's
+/// model calls, see below; without it every pipeline runs on its offline
+/// stand-ins) + optional `llmName`, `retriever` (`hybrid`
 /// default, with the fusion weight chosen for the embedder: 0.3 dense for
 /// the hashing embedder, 0.5 for others; `dense`, `bm25`, `rrf[:C]`,
 /// `weighted:W`), `dim` (hashing
 /// embedder dimension, 2 to 65,536, default 384), or `embed` + `embedDim`
 /// (1 to 65,536; + optional `embedName`) to embed with your own
 /// synchronous function.
+///
+/// The `llm` function gets `{role, schema, messages: [{role, content}]}`
+/// (`role` names the pipeline step, e.g. `premem_extract`; `schema` is the
+/// JSON Schema a JSON answer must follow, or `null` for free text) and
+/// returns the model's text (or `{text, promptTokens, completionTokens}`),
+/// synchronously: a page with an asynchronous model (WebLLM, a server)
+/// runs the memory in a Worker and bridges with a synchronous request or
+/// `Atomics.wait`. A malformed JSON answer gets one repair request; a
+/// thrown exception or a second malformed answer throws a `DentateError`.
 #[wasm_bindgen]
 pub struct AgentMemory {
     mem: Memory,
+    llm: Option<Arc<JsLlm>>,
 }
 
 struct Settings {
     kind: PipelineKind,
     embedder: Arc<dyn Embedder>,
     retriever: Retriever,
+    llm: Option<Arc<JsLlm>>,
 }
 
 fn settings(options: &JsValue) -> Result<Settings, JsValue> {
@@ -130,10 +146,21 @@ fn settings(options: &JsValue) -> Result<Settings, JsValue> {
     };
     // `hybrid` (and no choice) mean the fusion weight for this embedder.
     let retriever = Retriever::parse_for(retriever.as_deref().unwrap_or("hybrid"), &embedder.name()).map_err(err)?;
+    let llm = match get(options, "llm")? {
+        Some(f) => {
+            let f: Function = f
+                .dyn_into()
+                .map_err(|_| err("option `llm` must be a function (request) => string"))?;
+            let name = get_string(options, "llmName")?.unwrap_or_else(|| "js-model".into());
+            Some(Arc::new(JsLlm::new(f, name)))
+        }
+        None => None,
+    };
     Ok(Settings {
         kind,
         embedder,
         retriever,
+        llm,
     })
 }
 
@@ -166,9 +193,9 @@ impl AgentMemory {
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<AgentMemory, JsValue> {
         let s = settings(&options)?;
-        let mut mem = Memory::in_memory(s.kind, s.embedder, None).map_err(err)?;
+        let mut mem = Memory::in_memory(s.kind, s.embedder, s.llm.clone().map(|l| l as Arc<dyn Llm>)).map_err(err)?;
         mem.set_retriever(s.retriever);
-        Ok(AgentMemory { mem })
+        Ok(AgentMemory { mem, llm: s.llm })
     }
 
     /// Restores a memory from `save()`; `options` must name the same
@@ -176,15 +203,37 @@ impl AgentMemory {
     /// refused on first use). Damaged bytes throw.
     pub fn load(bytes: &[u8], options: JsValue) -> Result<AgentMemory, JsValue> {
         let s = settings(&options)?;
-        let mut mem = Memory::from_bytes(bytes, s.kind, s.embedder, None).map_err(err)?;
+        let llm = s.llm.clone().map(|l| l as Arc<dyn Llm>);
+        let mut mem = Memory::from_bytes(bytes, s.kind, s.embedder, llm).map_err(err)?;
         mem.set_retriever(s.retriever);
-        Ok(AgentMemory { mem })
+        Ok(AgentMemory { mem, llm: s.llm })
     }
 
     /// A checksummed snapshot of everything (messages, memories, vectors,
     /// provenance, pipeline state), e.g. to keep in IndexedDB.
     pub fn save(&mut self) -> Result<Vec<u8>, JsValue> {
         self.mem.to_bytes().map_err(err)
+    }
+
+    /// Saves a snapshot (the bytes of `save()`) in the page's storage under
+    /// `name`, replacing what was there: the origin private file system, or
+    /// IndexedDB where it cannot write. Resolves when the bytes are kept.
+    #[wasm_bindgen(js_name = saveTo)]
+    pub fn save_to(&mut self, name: String) -> Result<js_sys::Promise, JsValue> {
+        let bytes = self.save()?;
+        Ok(wasm_bindgen_futures::future_to_promise(async move {
+            crate::persist::put(&name, &bytes).await?;
+            Ok(JsValue::UNDEFINED)
+        }))
+    }
+
+    /// The memory saved under `name` by `saveTo`, with `options` as for
+    /// `load` (the same pipeline and embedder). Throws when nothing is
+    /// saved there or the snapshot is damaged.
+    #[wasm_bindgen(js_name = loadFrom)]
+    pub async fn load_from(name: String, options: JsValue) -> Result<AgentMemory, JsValue> {
+        let bytes = crate::persist::get(&name).await?;
+        AgentMemory::load(&bytes, options)
     }
 
     /// Stores and processes messages for `user`: an array of
@@ -263,7 +312,30 @@ impl AgentMemory {
         Ok(())
     }
 
-    /// The pipeline's name (`hema`, `nemori`, `rag`).
+    /// What the `llm` function was asked so far: `{calls, failures,
+    /// repairs, promptTokens, completionTokens, roles: {role: calls}}`, or
+    /// `null` without one.
+    #[wasm_bindgen(getter, js_name = llmStats)]
+    pub fn llm_stats(&self) -> JsValue {
+        let Some(llm) = &self.llm else {
+            return JsValue::NULL;
+        };
+        let s = llm.stats();
+        let o = Object::new();
+        set(&o, "calls", s.calls as f64);
+        set(&o, "failures", s.failures as f64);
+        set(&o, "repairs", s.repairs as f64);
+        set(&o, "promptTokens", s.prompt_tokens as f64);
+        set(&o, "completionTokens", s.completion_tokens as f64);
+        let roles = Object::new();
+        for (role, r) in &s.roles {
+            set(&roles, role, r.calls as f64);
+        }
+        set(&o, "roles", roles);
+        o.into()
+    }
+
+    /// The pipeline's name (`hema`, `nemori`, `rag`, `amory`, `premem`).
     #[wasm_bindgen(getter)]
     pub fn pipeline(&self) -> String {
         self.mem.pipeline_name().to_string()

@@ -508,3 +508,203 @@ fn rerank_store_option_and_stage_profile() {
     let exact = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
     assert!(message(exact.profile(q, 0, 1, 0).unwrap_err()).contains("k"));
 }
+
+#[cfg(feature = "memory")]
+fn options(pairs: &[(&str, JsValue)]) -> JsValue {
+    let o = js_sys::Object::new();
+    for (k, v) in pairs {
+        Reflect::set(&o, &(*k).into(), v).unwrap();
+    }
+    o.into()
+}
+
+#[cfg(feature = "memory")]
+fn sources_of(hits: &Array) -> Vec<String> {
+    hits.iter()
+        .flat_map(|h| {
+            get(&h, "sources")
+                .dyn_into::<Array>()
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|s| s.as_string())
+        .collect()
+}
+
+#[cfg(feature = "memory")]
+#[wasm_bindgen_test]
+fn amory_and_premem_run_on_their_offline_stand_ins() {
+    for pipeline in ["amory", "amory-rapid", "premem"] {
+        let mut mem = AgentMemory::new(options(&[("pipeline", pipeline.into())])).unwrap();
+        assert_eq!(mem.pipeline(), pipeline);
+        mem.add_messages("ann", chat()).unwrap();
+        mem.flush("ann").unwrap();
+        let hits = mem.retrieve("ann", "What is the name of Ann's cat?", 3).unwrap();
+        assert!(hits.length() > 0, "{pipeline}");
+        assert!(
+            sources_of(&hits).contains(&"m1".to_string()),
+            "{pipeline}: {:?}",
+            sources_of(&hits)
+        );
+        assert!(mem.llm_stats().is_null());
+        // Snapshots restore the same pipeline's answers.
+        let bytes = mem.save().unwrap();
+        let mut back = AgentMemory::load(&bytes, options(&[("pipeline", pipeline.into())])).unwrap();
+        let again = back.retrieve("ann", "What is the name of Ann's cat?", 3).unwrap();
+        assert_eq!(sources_of(&again), sources_of(&hits), "{pipeline}");
+    }
+}
+
+#[cfg(feature = "memory")]
+#[wasm_bindgen_test]
+fn a_javascript_model_answers_the_pipelines_calls() {
+    // A scripted model: PREMem's extraction gets one fragment the offline
+    // stand-in would never write; its reasoning step gets no insight.
+    let model = js_sys::Function::new_with_args(
+        "req",
+        r#"globalThis.dentateRoles = (globalThis.dentateRoles || []).concat([req.role]);
+        if (!Array.isArray(req.messages) || typeof req.messages.at(-1).content !== "string") throw new Error("bad request");
+        if (req.role === "premem_extract") {
+          if (req.schema.type !== "object") throw new Error("no schema");
+          const text = JSON.stringify({ Factual_Information: [{ key: "pet", value: "Per the model, Ann's cat Pixel is grey", message_id: 1 }],
+                                        Experiential_Information: [], Subjective_Information: [] });
+          return { text, promptTokens: 7, completionTokens: 3 };
+        }
+        if (req.role === "premem_reason") return '{"extended_insight": []}';
+        return "not json";"#,
+    );
+    let mut mem = AgentMemory::new(options(&[
+        ("pipeline", "premem".into()),
+        ("llm", model.into()),
+        ("llmName", "scripted".into()),
+    ]))
+    .unwrap();
+    mem.add_messages("ann", chat()).unwrap();
+    mem.flush("ann").unwrap();
+    let hits = mem.retrieve("ann", "What colour is Ann's cat?", 3).unwrap();
+    let texts: Vec<String> = hits.iter().map(|h| get(&h, "text").as_string().unwrap()).collect();
+    assert!(texts.iter().any(|t| t.contains("Per the model")), "{texts:?}");
+    assert!(sources_of(&hits).contains(&"m1".to_string()));
+    let stats = mem.llm_stats();
+    assert!(get(&stats, "calls").as_f64().unwrap() >= 1.0);
+    assert_eq!(get(&stats, "failures").as_f64(), Some(0.0));
+    assert_eq!(get(&get(&stats, "roles"), "premem_extract").as_f64(), Some(1.0));
+    assert_eq!(get(&stats, "promptTokens").as_f64(), Some(7.0));
+    assert_eq!(get(&stats, "completionTokens").as_f64(), Some(3.0));
+
+    // Every pipeline reaches the function (Amory's first step here), and a
+    // model that keeps answering prose is an error after one repair.
+    for (pipeline, role) in [
+        ("amory", "amory_init"),
+        ("nemori", "nemori_boundary"),
+        ("hema", "hema_update"),
+    ] {
+        let f = js_sys::Function::new_with_args("req", "globalThis.lastRole = req.role; return 'not json';");
+        let mut mem = AgentMemory::new(options(&[("pipeline", pipeline.into()), ("llm", f.into())])).unwrap();
+        // Amory binds a session when it closes (flush), the others as messages arrive.
+        let e = message(
+            mem.add_messages("ann", chat())
+                .and_then(|_| mem.flush("ann"))
+                .unwrap_err(),
+        );
+        assert!(e.contains("malformed"), "{pipeline}: {e}");
+        assert_eq!(
+            Reflect::get(&js_sys::global(), &"lastRole".into())
+                .unwrap()
+                .as_string()
+                .as_deref(),
+            Some(role)
+        );
+        assert_eq!(get(&mem.llm_stats(), "repairs").as_f64(), Some(1.0), "{pipeline}");
+    }
+    // A function that throws, one that answers asynchronously, and a
+    // non-function are refused with what is wrong.
+    let throws = js_sys::Function::new_with_args("req", "throw new Error('model offline')");
+    let mut mem = AgentMemory::new(options(&[("pipeline", "premem".into()), ("llm", throws.into())])).unwrap();
+    assert!(
+        message(
+            mem.add_messages("ann", chat())
+                .and_then(|_| mem.flush("ann"))
+                .unwrap_err()
+        )
+        .contains("model offline")
+    );
+    let asynchronous = js_sys::Function::new_with_args("req", "return Promise.resolve('{}')");
+    let mut mem = AgentMemory::new(options(&[("pipeline", "premem".into()), ("llm", asynchronous.into())])).unwrap();
+    assert!(
+        message(
+            mem.add_messages("ann", chat())
+                .and_then(|_| mem.flush("ann"))
+                .unwrap_err()
+        )
+        .contains("synchronously")
+    );
+    assert!(message(AgentMemory::new(options(&[("llm", 5.into())])).err().unwrap()).contains("function"));
+}
+
+#[wasm_bindgen_test]
+async fn indexes_and_memories_persist_in_the_pages_storage() {
+    use wasm_bindgen_futures::JsFuture;
+    let dim = 16;
+    let data = synth(300, dim, 4, 9);
+    let mut idx = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
+    idx.add(ids(0..300), &data).unwrap();
+    let in_page = Reflect::has(&js_sys::global(), &"document".into()).unwrap();
+    if storage_backend().await.is_null() {
+        // Node: no browser storage, said plainly, and nothing else changes.
+        assert!(!in_page, "a page without OPFS or IndexedDB");
+        assert!(message(JsFuture::from(idx.save_to("t".into())).await.unwrap_err()).contains("no browser storage"));
+        assert!(message(VectorIndex::load_from("t".into()).await.unwrap_err()).contains("no browser storage"));
+        return;
+    }
+    let q = &data[5 * dim..6 * dim];
+    let want = idx.search(q, 5).unwrap().ids();
+    for kind in ["opfs", "indexeddb", "auto"] {
+        use_storage(kind.into()).await.unwrap();
+        let name = format!("test-index-{kind}");
+        JsFuture::from(idx.save_to(name.clone())).await.unwrap();
+        let back = VectorIndex::load_from(name.clone()).await.unwrap();
+        assert_eq!(back.search(q, 5).unwrap().ids(), want, "{kind}");
+        let names: Vec<String> = list_saved()
+            .await
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_string())
+            .collect();
+        assert!(names.contains(&name), "{kind}: {names:?}");
+        // Saving again replaces; removing twice says whether there was anything.
+        JsFuture::from(idx.save_to(name.clone())).await.unwrap();
+        assert!(remove_saved(name.clone()).await.unwrap());
+        assert!(!remove_saved(name.clone()).await.unwrap());
+        assert!(message(VectorIndex::load_from(name.clone()).await.unwrap_err()).contains("nothing is saved"));
+    }
+    // OPFS is what Chromium gives a page by default.
+    assert_eq!(storage_backend().await.as_string().as_deref(), Some("opfs"));
+    for bad in ["", "a/b", "..", "x\0y"] {
+        assert!(message(VectorIndex::load_from(bad.into()).await.unwrap_err()).contains("storage name"));
+    }
+    assert!(message(use_storage("floppy".into()).await.unwrap_err()).contains("opfs"));
+
+    #[cfg(feature = "memory")]
+    {
+        let mut mem = AgentMemory::new(JsValue::UNDEFINED).unwrap();
+        mem.add_messages("ann", chat()).unwrap();
+        JsFuture::from(mem.save_to("test-memory".into()).unwrap())
+            .await
+            .unwrap();
+        let mut back = AgentMemory::load_from("test-memory".into(), JsValue::UNDEFINED)
+            .await
+            .unwrap();
+        let hits = back.retrieve("ann", "Where is Clara moving?", 1).unwrap();
+        assert_eq!(sources_of(&hits), vec!["m3".to_string()]);
+        // A memory snapshot is not an index: refused, not misread.
+        JsFuture::from(mem.save_to("test-index-auto".into()).unwrap())
+            .await
+            .unwrap();
+        let e = message(VectorIndex::load_from("test-index-auto".into()).await.unwrap_err());
+        assert!(!e.is_empty());
+        assert!(remove_saved("test-memory".into()).await.unwrap());
+        assert!(remove_saved("test-index-auto".into()).await.unwrap());
+    }
+}

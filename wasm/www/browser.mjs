@@ -98,8 +98,9 @@ export async function chromium({ binary = "/usr/bin/chromium", driver = "/usr/bi
 
 // Serves `mounts`, opens `path` in headless Chromium, waits up to
 // `timeoutS` for body[data-status], reads the JSON the page left in
-// <pre id="results"> and hands it (with the browser, for more questions)
-// to `check`, which returns a list of problems. Resolves to the exit code:
+// <pre id="results"> and hands it (with the browser, for more questions,
+// and the server's origin, for more pages) to `check`, which returns a
+// list of problems. Resolves to the exit code:
 // 0 when the page said "done" and `check` found nothing.
 export async function runPage({ mounts, path, timeoutS, binary, driver, webgpu = false }, check) {
   const server = await serve(mounts);
@@ -111,7 +112,7 @@ export async function runPage({ mounts, path, timeoutS, binary, driver, webgpu =
     const status = await browser.waitFor("return document.body.dataset.status || null", timeoutS);
     const out = JSON.parse((await browser.run("return document.getElementById('results').textContent || '{}'")) || "{}");
     const problems = status === "done" ? [] : [`page status ${status ?? "timeout"}: ${out.error ?? ""}`];
-    problems.push(...(await check(out, browser)));
+    problems.push(...(await check(out, browser, `http://127.0.0.1:${server.port}`)));
     if (problems.length) console.error("FAILED: " + problems.join("; "));
     else code = 0;
   } catch (e) {

@@ -31,7 +31,7 @@ const code = await runPage({
   binary: args.chromium,
   driver: args.chromedriver,
   webgpu,
-}, async (out, browser) => {
+}, async (out, browser, origin) => {
   const rendered = await browser.run(
     "return [document.querySelectorAll('#results-table tbody tr').length, document.querySelectorAll('#hits .hit').length, document.getElementById('backend').textContent]");
   out.rendered = { table_rows: rendered[0], memory_hits: rendered[1], backend_label: rendered[2] };
@@ -43,6 +43,24 @@ const code = await runPage({
   if (rendered[1] < 1) problems.push("no memory hits were rendered");
   if (!out.memory?.[0]?.text?.includes("Porto")) problems.push("the memory did not find where Clara is moving");
   if (JSON.stringify(out.memory_restored_top) !== JSON.stringify(out.memory?.[0]?.sources)) problems.push("the restored snapshot answered differently");
+  // Clara's move is message m3; every pipeline must bring back a memory made from it.
+  for (const p of ["hema", "nemori", "amory", "premem", "rag"]) {
+    const hits = out.pipelines?.[p];
+    if (!hits?.length) problems.push(`the ${p} pipeline returned nothing`);
+    else if (!hits.some((h) => h.sources.includes("m3"))) problems.push(`the ${p} pipeline missed where Clara is moving: ${JSON.stringify(hits)}`);
+  }
+  // A new visit to the page finds the memory in storage (OPFS) and answers alike.
+  await browser.open(`${origin}/www/index.html?restore=1`);
+  const restoreStatus = await browser.waitFor("return document.body.dataset.status || null", 120);
+  const restored = JSON.parse((await browser.run("return document.getElementById('results').textContent || '{}'")) || "{}");
+  out.reload = restored;
+  console.log(JSON.stringify({ reload: restored }));
+  if (restoreStatus !== "done") problems.push(`the reloaded page failed: ${restored.error ?? restoreStatus}`);
+  else {
+    if (JSON.stringify(restored.restored_top) !== JSON.stringify(out.memory?.[0]?.sources)) problems.push("the memory saved to storage answered differently after a reload");
+    if (restored.restored_index?.size !== 3) problems.push("the index saved to storage came back wrong");
+    if (restored.storage !== "opfs") problems.push(`storage was ${restored.storage}, not OPFS`);
+  }
   if (webgpu) {
     const g = out.search?.webgpu;
     if (!g?.rows?.length) problems.push(`no WebGPU searches ran: ${g?.unavailable ?? "?"}`);

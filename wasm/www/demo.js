@@ -3,7 +3,9 @@
 // a small HEMA memory with hybrid retrieval.
 //
 // Query parameters: ?auto=1 runs everything at load and writes the results
-// as JSON into <pre id="results"> (what wasm/www/check.mjs reads);
+// as JSON into <pre id="results"> (what wasm/www/check.mjs reads), and
+// saves the memory in the page's storage; ?restore=1 (a later visit) loads
+// it back from there and asks it again;
 // n, dim, nq override the form's values; pkg=cpu loads the lean CPU-only
 // package instead of the one with WebGPU.
 //
@@ -208,21 +210,31 @@ const intro = [
 
 let memory;
 let clock = Math.floor(Date.now() / 1000) - 86400;
-let counter = 0;
+const said = [];
 
 function addMessage(speaker, text) {
-  counter += 1;
   clock += 60;
-  const id = `m${counter}`;
-  const report = memory.addMessages("me", [{ speaker, text, timestamp: clock, id }]);
+  const m = { speaker, text, timestamp: clock, id: `m${said.length + 1}` };
+  said.push(m);
+  const report = memory.addMessages("me", [m]);
   const line = document.createElement("div");
-  line.textContent = `[${id}] ${speaker}: ${text}`;
+  line.textContent = `[${m.id}] ${speaker}: ${text}`;
   $("chat").append(line);
   $("chat").scrollTop = $("chat").scrollHeight;
   return report;
 }
 
+// A memory of `pipeline` holding everything said so far.
+function memoryOf(pipeline) {
+  const m = new dentate.AgentMemory({ pipeline, retriever: "hybrid" });
+  if (said.length) m.addMessages("me", said);
+  return m;
+}
+
 function showHits(question) {
+  // Close what the pipeline holds back (Nemori's episode, Amory's and
+  // PREMem's session) so the latest messages are searchable.
+  memory.flush("me");
   const hits = memory.retrieve("me", question, 3);
   $("hits").replaceChildren(...hits.map((h) => {
     const d = document.createElement("div");
@@ -240,8 +252,13 @@ function showHits(question) {
 async function main() {
   await init();
   $("backend").textContent = `${dentate.backend()}${dentate.WebGpu ? " · WebGPU when the browser offers it" : ""}`;
-  memory = new dentate.AgentMemory({ pipeline: "hema", retriever: "hybrid" });
+  memory = memoryOf("hema");
   for (const [s, t] of intro) addMessage(s, t);
+  $("pipeline").onchange = () => {
+    memory.free();
+    memory = memoryOf($("pipeline").value);
+    $("hits").replaceChildren();
+  };
 
   $("send").onclick = () => {
     const text = $("message").value.trim();
@@ -265,6 +282,22 @@ async function main() {
     $("build").disabled = false;
   };
 
+  if (params.get("restore") === "1") {
+    // A later visit: the memory saved by the auto run, back from storage.
+    const out = { storage: await dentate.storageBackend() };
+    try {
+      const back = await dentate.AgentMemory.loadFrom("demo-memory", { pipeline: "hema" });
+      out.restored_top = back.retrieve("me", "Where is Clara moving to?", 1)[0].sources;
+      const index = await dentate.VectorIndex.loadFrom("demo-index");
+      out.restored_index = { size: index.size, dim: index.dim };
+      document.body.dataset.status = "done";
+    } catch (e) {
+      out.error = String(e && e.message || e);
+      document.body.dataset.status = "error";
+    }
+    $("results").textContent = JSON.stringify(out, null, 2);
+    return;
+  }
   if (params.get("auto") === "1") {
     for (const key of ["n", "dim", "nq"]) if (params.has(key)) $(key).value = params.get(key);
     const out = { backend: dentate.backend(), simd: dentate.simd(), package: pkgUsed,
@@ -278,6 +311,20 @@ async function main() {
       const back = dentate.AgentMemory.load(snapshot, { pipeline: "hema" });
       out.memory_restored_top = back.retrieve("me", "Where is Clara moving to?", 1)[0].sources;
       out.snapshot_bytes = snapshot.length;
+      // Kept in the page's storage for the next visit (?restore=1).
+      await memory.saveTo("demo-memory");
+      const small = dentate.VectorIndex.exact(8);
+      small.add(new Uint32Array([1, 2, 3]), new Float32Array(24).map((_, i) => Math.sin(i + 1)));
+      await small.saveTo("demo-index");
+      out.saved_to = await dentate.storageBackend();
+      // Every pipeline on the same messages (offline stand-ins).
+      out.pipelines = {};
+      for (const p of ["hema", "nemori", "amory", "premem", "rag"]) {
+        const m = memoryOf(p);
+        m.flush("me");
+        out.pipelines[p] = m.retrieve("me", "Where is Clara moving to?", 3).map((h) => ({ kind: h.kind, text: h.text, sources: h.sources }));
+        m.free();
+      }
       document.body.dataset.status = "done";
     } catch (e) {
       out.error = String(e && e.message || e);

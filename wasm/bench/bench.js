@@ -10,7 +10,7 @@
 // peers (comma list of hnswlib, voy; default hnswlib,voy; "" for none),
 // nlist, m (fast-scan shape, default 256 and 96), grid (JSON list of
 // [nprobe, rerank] pairs), ef (JSON list of hnswlib efSearch values).
-import init, { VectorIndex } from "../pkg/dentate_wasm.js";
+import init, { VectorIndex } from "../pkg-core/dentate_wasm.js";
 
 const params = new URLSearchParams(location.search);
 const dataUrl = params.get("data") ?? "../bench-data/";

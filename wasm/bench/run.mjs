@@ -2,7 +2,7 @@
 // on a folder of real embeddings and prints its JSON.
 //
 //   (cd wasm/bench && npm install)          # the pinned peers, once
-//   wasm/build --no-webgpu                  # wasm/pkg
+//   wasm/build --no-memory                  # wasm/pkg-core (the index-only package)
 //   node wasm/bench/run.mjs --data DIR [--nq 200] [--qoffset 0] [--peers hnswlib,voy]
 //        [--grid '[[32,10],[48,10]]'] [--ef '[32,64]'] [--nlist 256] [--m 96] [--timeout 1800]
 //

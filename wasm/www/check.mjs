@@ -49,6 +49,7 @@ const code = await runPage({
     if (!hits?.length) problems.push(`the ${p} pipeline returned nothing`);
     else if (!hits.some((h) => h.sources.includes("m3"))) problems.push(`the ${p} pipeline missed where Clara is moving: ${JSON.stringify(hits)}`);
   }
+  if (out.core_package?.top !== 7 || out.core_package?.has_memory !== false) problems.push(`the index-only package (pkg-core) misbehaved: ${JSON.stringify(out.core_package)}`);
   // A new visit to the page finds the memory in storage (OPFS) and answers alike.
   await browser.open(`${origin}/www/index.html?restore=1`);
   const restoreStatus = await browser.waitFor("return document.body.dataset.status || null", 120);

@@ -311,6 +311,12 @@ async function main() {
       const back = dentate.AgentMemory.load(snapshot, { pipeline: "hema" });
       out.memory_restored_top = back.retrieve("me", "Where is Clara moving to?", 1)[0].sources;
       out.snapshot_bytes = snapshot.length;
+      // The index-only entry point: the same indexes, no memory.
+      const core = await import("../pkg-core/dentate_wasm.js");
+      await core.default();
+      const tiny = core.VectorIndex.exact(4);
+      tiny.add(new Uint32Array([7, 8]), new Float32Array([1, 0, 0, 0, 0, 1, 0, 0]));
+      out.core_package = { top: tiny.search(new Float32Array([0.9, 0.1, 0, 0]), 1).idNumbers[0], has_memory: "AgentMemory" in core };
       // Kept in the page's storage for the next visit (?restore=1).
       await memory.saveTo("demo-memory");
       const small = dentate.VectorIndex.exact(8);

@@ -104,7 +104,8 @@ DENTATE_FUZZ_BUILD=dev fuzz/run.sh "${DENTATE_FUZZ_SECONDS:-5}"
 # target and wasm-bindgen-cli when missing), lints them for wasm32, runs the
 # API tests under Node and in headless Chromium, the WebGPU tests in Chromium
 # with WebGPU on (SwiftShader), checks that index files cross between wasm
-# and the native CLI both ways, and loads the demo page (CPU and WebGPU).
+# and the native CLI both ways, and loads the demo page (CPU and WebGPU, on
+# synthetic clusters and on real sentence embeddings).
 # wasm-bindgen drops DWARF from the modules, so the release profile's debug
 # info would only cost build time here.
 export CARGO_PROFILE_RELEASE_DEBUG=false
@@ -121,3 +122,11 @@ WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=$(command -v chromedriver) \
     cargo test -p dentate-wasm --target wasm32-unknown-unknown --release --features webgpu --test webgpu
 node wasm/tests/roundtrip.mjs "${CARGO_TARGET_DIR:-target}/debug/dentate"
 node wasm/www/check.mjs --n 20000 --nq 100 --min-recall 0.9 --webgpu 1
+# The same page on real sentence embeddings: 20,000 sentences of the Rust
+# documentation (the toolchain's rust-docs component) embedded natively with
+# the hashing embedder, with the native exact top-100; the page's exact
+# search must agree with it, and both IVF indexes reach recall 0.9.
+rustup component list --installed 2>/dev/null | grep -q '^rust-docs' || rustup component add rust-docs
+realdata="${CARGO_TARGET_DIR:-target}/bench-data/rustdocs-hash-20k"
+"${CARGO_TARGET_DIR:-target}/debug/dentate" data rustdocs --embedder hash --n 20000 --queries 100 --out "$realdata"
+node wasm/www/check.mjs --data "$realdata" --nq 100 --min-recall 0.9

@@ -11,6 +11,7 @@
 // nlist, m (fast-scan shape, default 256 and 96), grid (JSON list of
 // [nprobe, rerank] pairs), ef (JSON list of hnswlib efSearch values).
 import init, { VectorIndex } from "../pkg-core/dentate_wasm.js";
+import { fetchVecs } from "../www/vecs.js";
 
 const params = new URLSearchParams(location.search);
 const dataUrl = params.get("data") ?? "../bench-data/";
@@ -27,21 +28,6 @@ const K = 10;
 
 const log = (msg) => { document.getElementById("log").textContent += msg + "\n"; };
 const tick = () => new Promise((r) => setTimeout(r, 0));
-
-// An .fvecs/.ivecs file: rows of (i32 dim, dim × 4-byte values).
-async function vecs(name, Type) {
-  const r = await fetch(dataUrl + name);
-  if (!r.ok) throw new Error(`${dataUrl + name}: HTTP ${r.status}`);
-  const buf = await r.arrayBuffer();
-  const dv = new DataView(buf);
-  const d = dv.getInt32(0, true);
-  const n = buf.byteLength / (4 * (d + 1));
-  if (!Number.isInteger(n)) throw new Error(`${name} is not whole rows of dimension ${d}`);
-  const out = new Type(n * d);
-  const all = new Type(buf);
-  for (let i = 0; i < n; i++) out.set(all.subarray(i * (d + 1) + 1, (i + 1) * (d + 1)), i * d);
-  return { n, d, v: out };
-}
 
 function percentile(sorted, p) {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
@@ -70,7 +56,7 @@ const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[s.len
 
 async function main() {
   await init();
-  const [base, qs, gt] = await Promise.all([vecs("base.fvecs", Float32Array), vecs("queries.fvecs", Float32Array), vecs("gt.ivecs", Int32Array)]);
+  const [base, qs, gt] = await Promise.all([fetchVecs(dataUrl + "base.fvecs", Float32Array), fetchVecs(dataUrl + "queries.fvecs", Float32Array), fetchVecs(dataUrl + "gt.ivecs", Int32Array)]);
   if (!(qoffset >= 0 && qoffset < qs.n)) throw new Error(`qoffset ${qoffset} is outside the ${qs.n} queries`);
   const nq = Math.min(nqWanted, qs.n - qoffset);
   const truth = Array.from({ length: nq }, (_, q) => Array.from(gt.v.subarray((q + qoffset) * gt.d, (q + qoffset) * gt.d + K)));

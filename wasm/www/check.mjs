@@ -5,13 +5,16 @@
 //
 //   node wasm/www/check.mjs [--n 50000] [--dim 384] [--nq 200] [--min-recall 0.9]
 //                           [--chromium /usr/bin/chromium] [--chromedriver /usr/bin/chromedriver]
-//                           [--timeout 600] [--webgpu 1]
+//                           [--timeout 600] [--webgpu 1] [--data DIR]
 //
 // Needs wasm/pkg (wasm/build). Exits non-zero when the page failed, did not
 // reach the recall, or did not render results. With --webgpu 1, Chromium
 // gets --enable-unsafe-webgpu (SwiftShader when there is no GPU) and the
 // WebGPU searches must run, reach the same recall and fall back never.
-import { dirname, join } from "node:path";
+// With --data DIR (base.fvecs, queries.fvecs, gt.ivecs, e.g. from
+// `dentate data rustdocs`), the page measures on those real embeddings,
+// and its exact search must agree with the file's native truth.
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { cliArgs, runPage } from "./browser.mjs";
 
@@ -24,9 +27,11 @@ const timeoutS = +(args.timeout ?? 600);
 const webgpu = args.webgpu === "1";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
+const data = args.data ? resolve(args.data) : null;
+
 const code = await runPage({
-  mounts: { "/": root },
-  path: `/www/index.html?auto=1&n=${n}&dim=${dim}&nq=${nq}`,
+  mounts: data ? { "/": root, "/data/": data } : { "/": root },
+  path: `/www/index.html?auto=1&n=${n}&dim=${dim}&nq=${nq}${data ? "&data=/data/" : ""}`,
   timeoutS,
   binary: args.chromium,
   driver: args.chromedriver,
@@ -35,8 +40,12 @@ const code = await runPage({
   const rendered = await browser.run(
     "return [document.querySelectorAll('#results-table tbody tr').length, document.querySelectorAll('#hits .hit').length, document.getElementById('backend').textContent]");
   out.rendered = { table_rows: rendered[0], memory_hits: rendered[1], backend_label: rendered[2] };
-  console.log(JSON.stringify(out, null, 2));
   const problems = [];
+  if (data) {
+    if (out.search?.source !== "/data/") problems.push(`the page did not measure on the files: ${out.search?.source}`);
+    // Ties at the 10th place aside, the page's exact search is the native one's.
+    if (!(out.search?.exact_vs_file_truth >= 0.99)) problems.push(`the page's exact search matched the native truth at ${out.search?.exact_vs_file_truth}`);
+  }
   if (!out.search?.at_recall_0_9 || out.search.at_recall_0_9.recall_at_10 < minRecall) problems.push(`IVF-PQ recall@10 below ${minRecall}`);
   if (!out.search?.fastscan_at_recall_0_9 || out.search.fastscan_at_recall_0_9.recall_at_10 < minRecall) problems.push(`fast-scan recall@10 below ${minRecall}`);
   if (rendered[0] < 2) problems.push("the results table was not rendered");
@@ -55,7 +64,6 @@ const code = await runPage({
   const restoreStatus = await browser.waitFor("return document.body.dataset.status || null", 120);
   const restored = JSON.parse((await browser.run("return document.getElementById('results').textContent || '{}'")) || "{}");
   out.reload = restored;
-  console.log(JSON.stringify({ reload: restored }));
   if (restoreStatus !== "done") problems.push(`the reloaded page failed: ${restored.error ?? restoreStatus}`);
   else {
     if (JSON.stringify(restored.restored_top) !== JSON.stringify(out.memory?.[0]?.sources)) problems.push("the memory saved to storage answered differently after a reload");
@@ -70,6 +78,7 @@ const code = await runPage({
       for (const r of g.rows) if (r.recall_at_10 < minRecall) problems.push(`${r.index}: recall@10 ${r.recall_at_10}`);
     }
   }
+  console.log(JSON.stringify(out, null, 2));
   return problems;
 });
 process.exit(code);

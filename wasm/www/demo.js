@@ -6,8 +6,10 @@
 // as JSON into <pre id="results"> (what wasm/www/check.mjs reads), and
 // saves the memory in the page's storage; ?restore=1 (a later visit) loads
 // it back from there and asks it again;
-// n, dim, nq override the form's values; pkg=cpu loads the lean CPU-only
-// package instead of the one with WebGPU.
+// n, dim, nq override the form's values; data=URL/ measures on the real
+// embeddings in URL/{base,queries}.fvecs and URL/gt.ivecs instead of
+// synthetic clusters; pkg=cpu loads the lean CPU-only package instead of
+// the one with WebGPU.
 //
 // The page loads ../pkg-webgpu (built by wasm/build) and falls back to
 // ../pkg; when navigator.gpu gives an adapter, the same searches also run
@@ -21,6 +23,7 @@ for (const p of pkgs) {
   try { dentate = await import(p); pkgUsed = p; break; } catch (e) { if (p === pkgs[pkgs.length - 1]) throw e; }
 }
 const init = dentate.default;
+const { fetchVecs } = await import("./vecs.js");
 
 const $ = (id) => document.getElementById(id);
 const log = (msg) => {
@@ -86,13 +89,29 @@ function addRow(r) {
   $("results-table").hidden = false;
 }
 
-async function benchmark(n, dim, nq) {
+// The vectors to measure on: the files under ?data= (real embeddings
+// written by `dentate data rustdocs`, with their exact top-k), or
+// synthetic clusters of the form's size.
+async function vectors(n, dim, nq) {
+  const data = params.get("data");
+  if (!data) {
+    log(`generating ${n.toLocaleString()} × ${dim} clustered vectors and ${nq} queries…`);
+    await tick();
+    const all = dentate.synthetic(n + nq, dim, Math.max(16, Math.round(n / 200)), 1n);
+    return { source: "synthetic clusters", n, dim, nq, base: all.subarray(0, n * dim), queries: all.subarray(n * dim) };
+  }
+  log(`loading real embeddings from ${data}…`);
+  const [b, q, gt] = await Promise.all([fetchVecs(data + "base.fvecs", Float32Array),
+    fetchVecs(data + "queries.fvecs", Float32Array), fetchVecs(data + "gt.ivecs", Int32Array)]);
+  if (b.d !== q.d) throw new Error(`base vectors are ${b.d}-d, queries ${q.d}-d`);
+  const m = Math.min(nq, q.n);
+  const truth = Array.from({ length: m }, (_, i) => Array.from(gt.v.subarray(i * gt.d, i * gt.d + 10)));
+  return { source: data, n: b.n, dim: b.d, nq: m, base: b.v, queries: q.v.subarray(0, m * q.d), truth };
+}
+
+async function benchmark(formN, formDim, formNq) {
   const k = 10;
-  log(`generating ${n.toLocaleString()} × ${dim} clustered vectors and ${nq} queries…`);
-  await tick();
-  const all = dentate.synthetic(n + nq, dim, Math.max(16, Math.round(n / 200)), 1n);
-  const base = all.subarray(0, n * dim);
-  const queries = all.subarray(n * dim);
+  const { source, n, dim, nq, base, queries, truth: fileTruth } = await vectors(formN, formDim, formNq);
   const ids = new Uint32Array(n).map((_, i) => i);
   const rows = [];
 
@@ -104,7 +123,9 @@ async function benchmark(n, dim, nq) {
   await tick();
   const ex = await timeQueries((v, kk) => exact.search(v, kk), queries, dim, k);
   const truth = ex.rows;
-  rows.push({ index: "exact", build_ms: exactBuild, p50_ms: ex.p50, p95_ms: ex.p95, recall_at_10: 1,
+  // With files, the page's exact search against the native one's truth.
+  const exactRecall = fileTruth ? recallOf(truth, fileTruth, k) : 1;
+  rows.push({ index: "exact", build_ms: exactBuild, p50_ms: ex.p50, p95_ms: ex.p95, recall_at_10: exactRecall,
               bytes_per_vector: exact.memoryBytes / n });
   addRow(rows[rows.length - 1]);
   await tick();
@@ -144,14 +165,17 @@ async function benchmark(n, dim, nq) {
   const fsChosen = await sweep("fastscan", fs, fsBuild, rerank, nlist, queries, dim, k, truth, n, rows);
   const webgpu = await onWebGpu(exact, [[ivf, chosen, ivfBuild], [fs, fsChosen, fsBuild]], queries, dim, k, truth,
                                 n, exactBuild);
-  return { n, dim, queries: nq, rows, at_recall_0_9: chosen, fastscan_at_recall_0_9: fsChosen, webgpu };
+  return { source, n, dim, queries: nq, rows, exact_vs_file_truth: fileTruth ? exactRecall : null,
+           at_recall_0_9: chosen, fastscan_at_recall_0_9: fsChosen, webgpu };
 }
 
 // Times `index` at growing nprobe (re-rank factor fixed) until recall@10
 // reaches 0.99, adding each row; returns the first row at recall ≥ 0.9.
+// (Hashing-embedder vectors of real sentences are far less clustered than
+// synthetic ones or a neural model's: they need up to half the lists.)
 async function sweep(name, index, buildMs, rerank, nlist, queries, dim, k, truth, n, rows) {
   let chosen = null;
-  for (const nprobe of [4, 8, 16, 32, 64]) {
+  for (const nprobe of [4, 8, 16, 32, 64, 128]) {
     if (nprobe > nlist) break;
     const r = await timeQueries((v, kk) => index.searchWith(v, kk, nprobe, rerank), queries, dim, k);
     const row = { index: `${name} nprobe=${nprobe} rerank=${rerank}`, build_ms: buildMs, p50_ms: r.p50,

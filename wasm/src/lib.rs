@@ -45,7 +45,7 @@ pub use gpu::WebGpu;
 pub use index::{SearchResults, VectorIndex};
 pub use lexical::{LexicalIndex, hybrid_search};
 #[cfg(feature = "memory")]
-pub use memory::AgentMemory;
+pub use memory::{AgentMemory, count_tokens, load_vocabulary, tokens_exact};
 pub use persist::{list_saved, remove_saved, storage_backend, use_storage};
 
 use wasm_bindgen::prelude::*;

@@ -281,13 +281,15 @@ impl AgentMemory {
     }
 
     /// A prompt for answering `query` within `budget` tokens:
-    /// `{prompt, tokens, trimmed, included}`.
+    /// `{prompt, tokens, trimmed, included, tokensExact}` (`tokensExact`:
+    /// false while the vocabulary is not loaded and counts are estimated).
     pub fn compose(&mut self, user: &str, query: &str, budget: usize) -> Result<JsValue, JsValue> {
         let c = self.mem.compose(user, query, budget).map_err(err)?;
         let o = Object::new();
         set(&o, "prompt", c.prompt.as_str());
         set(&o, "tokens", c.tokens as f64);
         set(&o, "trimmed", c.trimmed as f64);
+        set(&o, "tokensExact", dentate_memory::tokens::exact());
         let inc: Array = c.included.iter().map(retrieved_to_js).collect();
         set(&o, "included", inc);
         Ok(o.into())
@@ -346,6 +348,30 @@ impl AgentMemory {
     pub fn message_count(&self, user: &str) -> Result<f64, JsValue> {
         Ok(self.mem.store().message_count(user).map_err(err)? as f64)
     }
+}
+
+/// Installs the `o200k_base` tokenizer vocabulary from the bytes of
+/// `o200k_base.tiktoken` (shipped beside the module by `wasm/build`), so
+/// token counts — HEMA's budget, `compose`'s `tokens` — are exact, as
+/// natively. Until then they are estimated (`tokensExact()` is false);
+/// other bytes are refused.
+#[wasm_bindgen(js_name = loadVocabulary)]
+pub fn load_vocabulary(bytes: &[u8]) -> Result<(), JsValue> {
+    dentate_memory::tokens::load_vocabulary(bytes).map_err(err)
+}
+
+/// Tokens in `text` under `o200k_base` (estimated while the vocabulary is
+/// not loaded: see `tokensExact`).
+#[wasm_bindgen(js_name = countTokens)]
+pub fn count_tokens(text: &str) -> usize {
+    dentate_memory::tokens::count(text)
+}
+
+/// True when token counts are exact (the vocabulary is loaded), false
+/// while they are estimated.
+#[wasm_bindgen(js_name = tokensExact)]
+pub fn tokens_exact() -> bool {
+    dentate_memory::tokens::exact()
 }
 
 fn item_id(id: f64) -> Result<i64, JsValue> {

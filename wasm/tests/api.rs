@@ -708,3 +708,23 @@ async fn indexes_and_memories_persist_in_the_pages_storage() {
         assert!(remove_saved("test-index-auto".into()).await.unwrap());
     }
 }
+
+#[cfg(feature = "memory")]
+#[wasm_bindgen_test]
+fn token_counts_are_estimated_until_the_vocabulary_is_loaded() {
+    // The package does not carry the 3.6 MB vocabulary; nothing here loads
+    // it (the demo check loads the real file and checks exact counts).
+    assert!(!tokens_exact());
+    let probe = "Caroline went to the LGBTQ support group on 7 May 2023.";
+    let n = count_tokens(probe);
+    assert!((12..=20).contains(&n), "estimate {n} for a 16-token sentence");
+    assert_eq!(count_tokens(""), 0);
+    assert!(message(load_vocabulary(b"aGVsbG8= 0\n").unwrap_err()).contains("o200k_base"));
+    assert!(!tokens_exact());
+    let mut mem = AgentMemory::new(JsValue::UNDEFINED).unwrap();
+    mem.add_messages("ann", chat()).unwrap();
+    let c = mem.compose("ann", "Where is Clara moving?", 400).unwrap();
+    assert_eq!(get(&c, "tokensExact").as_bool(), Some(false));
+    assert!(get(&c, "tokens").as_f64().unwrap() <= 400.0);
+    assert!(get(&c, "prompt").as_string().unwrap().contains("Porto"));
+}

@@ -58,6 +58,11 @@ const code = await runPage({
     if (!hits?.length) problems.push(`the ${p} pipeline returned nothing`);
     else if (!hits.some((h) => h.sources.includes("m3"))) problems.push(`the ${p} pipeline missed where Clara is moving: ${JSON.stringify(hits)}`);
   }
+  // The reference count is OpenAI's tiktoken (o200k_base); the estimate must be near it.
+  const t = out.tokens ?? {};
+  if (t.exact_before !== false || t.exact_after !== true || t.compose_exact !== true) problems.push(`token counting did not switch from estimated to exact: ${JSON.stringify(t)}`);
+  if (t.count_after !== 16) problems.push(`countTokens gave ${t.count_after} with the vocabulary, not 16`);
+  if (!(Math.abs(t.count_before - 16) <= 4)) problems.push(`the token estimate ${t.count_before} is far from 16`);
   if (out.core_package?.top !== 7 || out.core_package?.has_memory !== false) problems.push(`the index-only package (pkg-core) misbehaved: ${JSON.stringify(out.core_package)}`);
   // A new visit to the page finds the memory in storage (OPFS) and answers alike.
   await browser.open(`${origin}/www/index.html?restore=1`);

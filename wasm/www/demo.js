@@ -273,6 +273,14 @@ function showHits(question) {
   return hits;
 }
 
+// The tokenizer vocabulary, shipped beside the module and loaded on demand.
+async function loadVocabulary() {
+  if (dentate.tokensExact()) return;
+  const r = await fetch(new URL("o200k_base.tiktoken", new URL(pkgUsed, import.meta.url)));
+  if (!r.ok) throw new Error(`o200k_base.tiktoken: HTTP ${r.status}`);
+  dentate.loadVocabulary(new Uint8Array(await r.arrayBuffer()));
+}
+
 async function main() {
   await init();
   $("backend").textContent = `${dentate.backend()}${dentate.WebGpu ? " · WebGPU when the browser offers it" : ""}`;
@@ -335,6 +343,12 @@ async function main() {
       const back = dentate.AgentMemory.load(snapshot, { pipeline: "hema" });
       out.memory_restored_top = back.retrieve("me", "Where is Clara moving to?", 1)[0].sources;
       out.snapshot_bytes = snapshot.length;
+      // Token counts: estimated until the vocabulary file is loaded, then exact.
+      const probe = "Caroline went to the LGBTQ support group on 7 May 2023.";
+      out.tokens = { exact_before: dentate.tokensExact(), count_before: dentate.countTokens(probe) };
+      await loadVocabulary();
+      Object.assign(out.tokens, { exact_after: dentate.tokensExact(), count_after: dentate.countTokens(probe),
+                                  compose_exact: memory.compose("me", "Where is Clara moving to?", 200).tokensExact });
       // The index-only entry point: the same indexes, no memory.
       const core = await import("../pkg-core/dentate_wasm.js");
       await core.default();

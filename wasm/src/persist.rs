@@ -131,33 +131,30 @@ async fn idb() -> Result<Option<JsValue>, JsValue> {
     Ok(Some(open_idb(&idb).await?))
 }
 
+thread_local! {
+    /// `(req) => Promise` of `req.result` / `req.error`, and the handler
+    /// that creates our object store on a database's first open: small
+    /// JavaScript functions made once, so no Rust closure is left waiting
+    /// for an event that never comes.
+    static IDB_HELPERS: (Function, Function) = (
+        Function::new_with_args(
+            "req",
+            "return new Promise((ok, fail) => { req.onsuccess = () => ok(req.result); req.onerror = () => fail(req.error); });",
+        ),
+        Function::new_with_args("req, store", "req.onupgradeneeded = () => req.result.createObjectStore(store);"),
+    );
+}
+
 /// Resolves with `req.result` on success, rejects with `req.error`.
-fn idb_request(req: &JsValue) -> Promise {
-    let req = req.clone();
-    Promise::new(&mut |resolve, reject| {
-        let (r1, r2) = (req.clone(), req.clone());
-        let ok = Closure::once_into_js(move || {
-            let _ = resolve.call1(&JsValue::NULL, &prop(&r1, "result").unwrap_or(JsValue::UNDEFINED));
-        });
-        let fail = Closure::once_into_js(move || {
-            let _ = reject.call1(&JsValue::NULL, &prop(&r2, "error").unwrap_or(JsValue::UNDEFINED));
-        });
-        let _ = Reflect::set(&req, &"onsuccess".into(), &ok);
-        let _ = Reflect::set(&req, &"onerror".into(), &fail);
-    })
+fn idb_request(req: &JsValue) -> Result<Promise, JsValue> {
+    IDB_HELPERS.with(|(promise, _)| promise.call1(&JsValue::NULL, req))?.dyn_into()
 }
 
 async fn open_idb(idb: &JsValue) -> Result<JsValue, JsValue> {
     let req = call(idb, "open", &[SPACE.into(), 1.into()])?;
     // First open: create the object store (keys are the names).
-    let r = req.clone();
-    let upgrade = Closure::once_into_js(move || {
-        if let Ok(db) = prop(&r, "result") {
-            let _ = call(&db, "createObjectStore", &[STORE.into()]);
-        }
-    });
-    Reflect::set(&req, &"onupgradeneeded".into(), &upgrade)?;
-    JsFuture::from(idb_request(&req)).await
+    IDB_HELPERS.with(|(_, upgrade)| upgrade.call2(&JsValue::NULL, &req, &STORE.into()))?;
+    JsFuture::from(idb_request(&req)?).await
 }
 
 /// The object store of `db` in a new transaction (`readonly` or `readwrite`).
@@ -183,7 +180,7 @@ pub(crate) async fn put(name: &str, bytes: &[u8]) -> Result<(), JsValue> {
         }
         Backend::Idb(db) => {
             let store = idb_store(&db, "readwrite")?;
-            JsFuture::from(idb_request(&call(&store, "put", &[data.into(), name.into()])?)).await?;
+            JsFuture::from(idb_request(&call(&store, "put", &[data.into(), name.into()])?)?).await?;
         }
     }
     Ok(())
@@ -204,7 +201,7 @@ pub(crate) async fn get(name: &str) -> Result<Vec<u8>, JsValue> {
         }
         Backend::Idb(db) => {
             let store = idb_store(&db, "readonly")?;
-            let v = JsFuture::from(idb_request(&call(&store, "get", &[name.into()])?)).await?;
+            let v = JsFuture::from(idb_request(&call(&store, "get", &[name.into()])?)?).await?;
             if v.is_undefined() {
                 return Err(missing());
             }
@@ -227,8 +224,8 @@ pub(crate) async fn remove(name: &str) -> Result<bool, JsValue> {
         },
         Backend::Idb(db) => {
             let store = idb_store(&db, "readwrite")?;
-            let n = JsFuture::from(idb_request(&call(&store, "count", &[name.into()])?)).await?;
-            JsFuture::from(idb_request(&call(&store, "delete", &[name.into()])?)).await?;
+            let n = JsFuture::from(idb_request(&call(&store, "count", &[name.into()])?)?).await?;
+            JsFuture::from(idb_request(&call(&store, "delete", &[name.into()])?)?).await?;
             Ok(n.as_f64().unwrap_or(0.0) > 0.0)
         }
     }
@@ -252,7 +249,7 @@ pub(crate) async fn list() -> Result<Vec<String>, JsValue> {
         }
         Backend::Idb(db) => {
             let store = idb_store(&db, "readonly")?;
-            let keys = JsFuture::from(idb_request(&call(&store, "getAllKeys", &[])?)).await?;
+            let keys = JsFuture::from(idb_request(&call(&store, "getAllKeys", &[])?)?).await?;
             names.extend(keys.dyn_into::<Array>()?.iter().filter_map(|k| k.as_string()));
         }
     }

@@ -50,8 +50,10 @@ fn create_option() -> JsValue {
 fn check_name(name: &str) -> Result<(), JsValue> {
     if name.is_empty() || name.chars().count() > 200 || name == "." || name == ".." || name.contains(['/', '\\', '\0'])
     {
+        let shown: String = name.chars().take(40).collect();
+        let more = if name.chars().count() > 40 { "…" } else { "" };
         return Err(err(format!(
-            "{name:?} is not a storage name: use 1 to 200 characters without '/', '\\\\' or NUL, not '.' or '..'"
+            "{shown:?}{more} is not a storage name: use 1 to 200 characters without '/', '\\' or NUL, not '.' or '..'"
         )));
     }
     Ok(())
@@ -147,7 +149,9 @@ thread_local! {
 
 /// Resolves with `req.result` on success, rejects with `req.error`.
 fn idb_request(req: &JsValue) -> Result<Promise, JsValue> {
-    IDB_HELPERS.with(|(promise, _)| promise.call1(&JsValue::NULL, req))?.dyn_into()
+    IDB_HELPERS
+        .with(|(promise, _)| promise.call1(&JsValue::NULL, req))?
+        .dyn_into()
 }
 
 async fn open_idb(idb: &JsValue) -> Result<JsValue, JsValue> {

@@ -17,6 +17,7 @@
 //   DSUB  dimensions per sub-quantizer
 //   W     u32 words per stored code (⌈M/4⌉)
 //   F16   re-rank store holds f16 pairs in u32 words, else f32
+//   SQ8   re-rank store holds four 8-bit codes a u32 word (queries: q · step)
 // and replaces the two placeholder lines below (the table with its
 // `lut_read`, and the loop that fills it) with the lines of the chosen
 // placement (workgroup memory as f32, or as f16 — then it also prepends
@@ -145,7 +146,20 @@ fn store_dot(qi: u32, local: u32) -> f32 {
     var s = 0.0;
     let qb = qi * P.d;
     let b = local * P.sw;
-    if F16 {
+    if SQ8 {
+        // Four codes a word; `queries` holds q_j · step_j (the host adds
+        // Σ q_j · lo_j afterwards).
+        let quads = P.d / 4u;
+        for (var t = 0u; t < quads; t += 1u) {
+            let w = store[b + t];
+            let o = qb + 4u * t;
+            s += queries[o] * f32(w & 0xffu) + queries[o + 1u] * f32((w >> 8u) & 0xffu)
+                + queries[o + 2u] * f32((w >> 16u) & 0xffu) + queries[o + 3u] * f32(w >> 24u);
+        }
+        for (var r = 0u; r < P.d % 4u; r += 1u) {
+            s += queries[qb + 4u * quads + r] * f32((store[b + quads] >> (8u * r)) & 0xffu);
+        }
+    } else if F16 {
         let pairs = P.d / 2u;
         for (var t = 0u; t < pairs; t += 1u) {
             let x = unpack2x16float(store[b + t]);

@@ -15,14 +15,14 @@
 mod common;
 
 use common::synth;
+use dentate::Panels;
 use dentate::gpu::{GpuCompute, GpuOptions, TablePlacement};
 use dentate::rng::Rng;
 use dentate::{BaseRef, Compute, CpuCompute};
 use dentate::{
     Bitset, Cand, FlatIndex, Index, Isa, IvfPqConfig, IvfPqIndex, IvfSearchParams, KMeans, KMeansConfig, Metric,
-    PointsRef, Precision, SalienceParams, StoreRef, silhouette,
+    PointsRef, Precision, RerankStore, SalienceParams, StoreFormat, StoreRef, silhouette,
 };
-use dentate::{Panels, RowMajor};
 use std::sync::{Arc, OnceLock};
 
 /// The reference: the CPU backend on its scalar path.
@@ -490,7 +490,7 @@ mod cases {
         }
     }
 
-    /// Re-ranking directly: f32 and f16 stores, an odd dimension, duplicate
+    /// Re-ranking directly: f32, f16 and 8-bit stores, an odd dimension, duplicate
     /// candidates, candidate lists of different lengths.
     pub fn rerank(backend: Arc<dyn Compute>) {
         let dim = 13;
@@ -501,15 +501,22 @@ mod cases {
         let cands: Vec<Vec<u32>> = (0..9)
             .map(|q| (0..(20 + 17 * q)).map(|_| (r.next_u64() % 500) as u32).collect())
             .collect();
-        for precision in [Precision::F32, Precision::F16] {
-            let mut store = RowMajor::new(dim, precision);
-            store.extend(&rows);
+        for format in [StoreFormat::F32, StoreFormat::F16, StoreFormat::Sq8] {
+            let mut store = RerankStore::new(dim, format);
+            store.train(&rows).unwrap();
+            store.extend(&rows).unwrap();
             let s = StoreRef {
-                rows: &store,
+                store: &store,
                 uid: dentate::views::new_uid(),
                 epoch: 0,
             };
-            let tol = if precision == Precision::F32 { 1e-4 } else { 1e-2 };
+            // f16 and 8-bit scores are the same on both sides up to the
+            // order of summation; f16's products are just coarser.
+            let tol = match format {
+                StoreFormat::F32 | StoreFormat::Sq8 => 1e-4,
+                StoreFormat::F16 => 1e-2,
+            };
+            let precision = format;
             // Above 128 too (the GPU's per-thread lists once stopped there).
             for k in [1, 5, 40, 150, 300] {
                 let g = backend.rerank(&queries, s, &ids, &cands, k);

@@ -9,8 +9,8 @@ use dentate::data::recall_at_k;
 use dentate::fastscan::{QuantizedTables, block_sums, pack_codes, padded_m};
 use dentate::{
     Bitset, Cand, Compute, CpuCompute, Error, Index, IndexKind, InvList, InvertedRef, Isa, IvfParts, IvfPlan,
-    IvfPqConfig, IvfPqIndex, IvfSearchParams, PqCodes, PqTrainConfig, Precision, Probe, ProductQuantizer,
-    SalienceParams, TuneConfig, default_compute, tune_fastscan,
+    IvfPqConfig, IvfPqIndex, IvfSearchParams, PqCodes, PqTrainConfig, Probe, ProductQuantizer, SalienceParams,
+    StoreFormat, TuneConfig, default_compute, tune_fastscan,
 };
 use proptest::prelude::*;
 
@@ -265,7 +265,7 @@ fn full_probe_and_full_rerank_equals_exact_search() {
         let queries = synth(40, dim, 12, 32);
         let nlist = cfg.nlist;
         let mut cfg = cfg;
-        cfg.rerank_store = Some(Precision::F32);
+        cfg.rerank_store = Some(StoreFormat::F32);
         cfg.opq_config.iterations = 3;
         let idx = fastscan(&base, dim, cfg);
         assert_eq!(idx.kind(), IndexKind::FastScan);

@@ -16,7 +16,7 @@
 //! round-trip).
 
 use dentate_core::io::{HEADER_LEN, MAGIC};
-use dentate_core::{FlatIndex, Index, IvfPqConfig, IvfPqIndex, LexicalIndex, Precision};
+use dentate_core::{FlatIndex, Index, IvfPqConfig, IvfPqIndex, LexicalIndex, Precision, StoreFormat};
 use dentate_memory::store::{NewMessage, Store};
 
 /// The fuzz targets, by name (`cargo fuzz run <name>`).
@@ -152,11 +152,13 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             .collect(),
         "ivfpq" => vec![
             payload(ivf_seed(IvfPqConfig::new(2, 2), None)),
-            payload(ivf_seed(IvfPqConfig::new(2, 2).opq(true), Some(Precision::F16))),
+            payload(ivf_seed(IvfPqConfig::new(2, 2).opq(true), Some(StoreFormat::F16))),
+            payload(ivf_seed(IvfPqConfig::new(2, 2), Some(StoreFormat::Sq8))),
             payload(IvfPqIndex::new(4, IvfPqConfig::new(2, 2)).expect("untrained").to_bytes()),
         ],
         "fastscan" => vec![
-            payload(ivf_seed(IvfPqConfig::fastscan(2, 2), Some(Precision::F32))),
+            payload(ivf_seed(IvfPqConfig::fastscan(2, 2), Some(StoreFormat::F32))),
+            payload(ivf_seed(IvfPqConfig::fastscan(2, 2), Some(StoreFormat::Sq8))),
             payload(ivf_seed(IvfPqConfig::fastscan(2, 4).opq(true), None)),
         ],
         "lexical" => {
@@ -214,7 +216,7 @@ fn vectors(n: usize, dim: usize, seed: u32) -> Vec<f32> {
 
 /// A small trained IVF index of dimension 8 (the fewest vectors its codes
 /// train on: 256 for 8-bit, 40 for 4-bit; one removed).
-fn ivf_seed(mut cfg: IvfPqConfig, store: Option<Precision>) -> Vec<u8> {
+fn ivf_seed(mut cfg: IvfPqConfig, store: Option<StoreFormat>) -> Vec<u8> {
     let n = if cfg.codes == dentate_core::PqCodes::Pq8 {
         256
     } else {

@@ -8,7 +8,8 @@
 // gt.ivecs; default ../bench-data/), nq (queries timed, default 200),
 // qoffset (the first of them, default 0),
 // peers (comma list of hnswlib, voy; default hnswlib,voy; "" for none),
-// nlist, m (fast-scan shape, default 256 and 96), grid (JSON list of
+// nlist, m (fast-scan shape, default 256 and 96), stores (re-rank stores,
+// comma list of f16, f32, sq8; default f16), grid (JSON list of
 // [nprobe, rerank] pairs), ef (JSON list of hnswlib efSearch values).
 import init, { VectorIndex } from "../pkg-core/dentate_wasm.js";
 import { fetchVecs } from "../www/vecs.js";
@@ -23,6 +24,8 @@ const peers = (params.get("peers") ?? "hnswlib,voy").split(",").filter(Boolean);
 const nlist = +(params.get("nlist") ?? 256);
 const m = +(params.get("m") ?? 96);
 const grid = JSON.parse(params.get("grid") ?? "[[16,10],[32,10],[48,10],[64,10]]");
+// Re-rank stores to build the fast-scan index with (comma list of f16, f32, sq8).
+const stores = (params.get("stores") ?? "f16").split(",").filter(Boolean);
 const efs = JSON.parse(params.get("ef") ?? "[16,32,48,64,96]");
 const K = 10;
 
@@ -67,10 +70,10 @@ async function main() {
   const out = { n: base.n, dim, nq, qoffset, k: K, user_agent: navigator.userAgent, cross_origin_isolated: self.crossOriginIsolated, rows };
   const ids = new Uint32Array(base.n).map((_, i) => i);
 
-  // Dentate: fast-scan (4-bit codes, f16 re-rank store), then exact.
-  {
+  // Dentate: fast-scan (4-bit codes) with each re-rank store, then exact.
+  for (const store of stores) {
     const t0 = performance.now();
-    const index = VectorIndex.fastScan(dim, nlist, m, { rerank: 10 });
+    const index = VectorIndex.fastScan(dim, nlist, m, { rerank: 10, rerankStore: store });
     index.train(base.v);
     index.add(ids, base.v);
     const build = performance.now() - t0;
@@ -85,11 +88,13 @@ async function main() {
         for (const s in st) st[s].push(p[s]);
       }
       const stages_ms = Object.fromEntries(Object.entries(st).map(([s, v]) => [s, +median(v).toFixed(4)]));
-      rows.push({ engine: "dentate", index: `fastScan(${dim}, ${nlist}, ${m})`, setting: `nprobe ${nprobe}, rerank ${rerank}`,
+      rows.push({ engine: "dentate", index: `fastScan(${dim}, ${nlist}, ${m}), ${store} store`, setting: `nprobe ${nprobe}, rerank ${rerank}`,
                   ...r, build_s: build / 1000, index_bytes: bytes, stages_ms });
       log(JSON.stringify(rows.at(-1)));
     }
     index.free();
+  }
+  {
     await tick();
     const t1 = performance.now();
     const exact = VectorIndex.exact(dim);

@@ -1,7 +1,7 @@
 //! `VectorIndex`: the exact and IVF-PQ indexes, and `SearchResults`.
 
 use crate::convert::{err, get_bool, get_string, get_usize, ids_from_js, set};
-use dentate_core::{AnyIndex, FlatIndex, Hit, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
+use dentate_core::{AnyIndex, FlatIndex, Hit, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision, StoreFormat};
 use wasm_bindgen::prelude::*;
 
 /// A cosine index over caller-chosen `u64` ids: exact (`VectorIndex.exact`),
@@ -358,12 +358,13 @@ impl VectorIndex {
         }
         if let Some(store) = get_string(options, "rerankStore")? {
             cfg.rerank_store = match store.as_str() {
-                "f16" => Some(Precision::F16),
-                "f32" => Some(Precision::F32),
+                "f16" => Some(StoreFormat::F16),
+                "f32" => Some(StoreFormat::F32),
+                "sq8" => Some(StoreFormat::Sq8),
                 "none" => None,
                 other => {
                     return Err(err(format!(
-                        "rerankStore must be \"f16\", \"f32\" or \"none\", not {other:?}"
+                        "rerankStore must be \"f16\", \"f32\", \"sq8\" or \"none\", not {other:?}"
                     )));
                 }
             };

@@ -480,7 +480,8 @@ fn rerank_store_option_and_stage_profile() {
     let mut f16 = VectorIndex::fast_scan(dim, 8, 8, store("f16")).unwrap();
     let mut f32s = VectorIndex::fast_scan(dim, 8, 8, store("f32")).unwrap();
     let mut none = VectorIndex::fast_scan(dim, 8, 8, store("none")).unwrap();
-    for idx in [&mut f16, &mut f32s, &mut none] {
+    let mut sq8 = VectorIndex::fast_scan(dim, 8, 8, store("sq8")).unwrap();
+    for idx in [&mut f16, &mut f32s, &mut none, &mut sq8] {
         idx.train(&data).unwrap();
         idx.add(ids(0..n as u32), &data).unwrap();
     }
@@ -494,6 +495,12 @@ fn rerank_store_option_and_stage_profile() {
         f32s.search_with(q, 5, 8, 4).unwrap().ids()
     );
     assert!(message(none.search_with(q, 5, 8, 4).unwrap_err()).contains("re-rank"));
+    // The 8-bit store: half of f16's bytes, the same nearest neighbour.
+    assert!(sq8.save().len() + n * dim / 2 < f16.save().len());
+    assert_eq!(
+        sq8.search_with(q, 1, 8, 4).unwrap().ids(),
+        f16.search_with(q, 1, 8, 4).unwrap().ids()
+    );
     assert_eq!(none.search(q, 5).unwrap().counts().to_vec(), vec![5]);
     assert!(message(VectorIndex::fast_scan(dim, 8, 8, store("f8")).unwrap_err()).contains("rerankStore"));
 

@@ -5,7 +5,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use dentate_core::data::{SynthConfig, clustered};
-use dentate_core::simd::{Isa, dot_f16_with, widen_f16};
+use dentate_core::simd::{Isa, dot_f16_with, dot_u8_with, widen_f16};
 use dentate_core::{CpuCompute, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams};
 use half::f16;
 use std::sync::Arc;
@@ -62,6 +62,30 @@ fn f16_inner_product_matches_the_portable_one() {
     let ones = [1.0f32; 5];
     let want: f32 = tiny.iter().map(|h| h.to_f32()).sum();
     assert_eq!(dot_f16_with(Isa::Simd128, &tiny, &ones), want);
+}
+
+#[wasm_bindgen_test]
+fn byte_inner_product_matches_the_portable_one() {
+    for n in [0, 1, 15, 16, 17, 384, 1000] {
+        let a: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
+        let b: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+        let exact: f64 = a.iter().zip(&b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
+        let mag: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| (f64::from(x) * f64::from(y)).abs())
+            .sum();
+        let simd = dot_u8_with(Isa::Simd128, &a, &b);
+        let portable = dot_u8_with(Isa::Scalar, &a, &b);
+        assert!(
+            (f64::from(simd) - exact).abs() < 1e-3 + 1e-6 * mag,
+            "n={n}: {simd} vs {exact}"
+        );
+        assert!(
+            (f64::from(simd) - f64::from(portable)).abs() < 1e-3 + 1e-6 * mag,
+            "n={n}"
+        );
+    }
 }
 
 #[wasm_bindgen_test]

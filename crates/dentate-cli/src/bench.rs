@@ -3,7 +3,7 @@
 use crate::shared::{Coarse, IndexSpec, build_index, load_truth, parse_list, read_matrix, thread_pool, timed_best};
 use clap::Args;
 use dentate_core::data::recall_at_k;
-use dentate_core::{Index, IvfSearchParams, Precision};
+use dentate_core::{Index, IvfSearchParams, Precision, StoreFormat};
 use std::path::PathBuf;
 
 /// Arguments of `dentate bench`.
@@ -47,6 +47,10 @@ pub struct BenchArgs {
     /// Storage precision of flat vectors / the re-rank store: f32 or f16.
     #[arg(long, default_value = "f16")]
     pub precision: String,
+    /// The IVF kinds' re-rank store: f32, f16 or sq8 (8-bit scalar
+    /// quantization; half of f16's bytes). Default: --precision.
+    #[arg(long)]
+    pub rerank_store: Option<String>,
     /// OPQ outer iterations (default: the index kind's, 50 for ivfpq and
     /// 20 for the fast-scan kinds).
     #[arg(long)]
@@ -106,6 +110,10 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         precision,
         opq_iterations: a.opq_iterations,
         rerank_store: reranks.iter().any(|&r| r > 0),
+        store: match &a.rerank_store {
+            Some(s) => StoreFormat::parse(s)?,
+            None => precision.into(),
+        },
         coarse: Coarse {
             points_per_list: a.kmeans_points_per_list,
             iterations: a.kmeans_iterations,

@@ -7,7 +7,8 @@ use crate::shared::{
 use clap::{Args, Subcommand};
 use dentate_core::data::{Matrix, SynthConfig, clustered, recall_at_k, write_fvecs, write_ivecs};
 use dentate_core::{
-    AnyIndex, Hit, Index, Isa, IvfPqIndex, IvfSearchParams, LexicalIndex, PqCodes, Precision, hybrid_search,
+    AnyIndex, Hit, Index, Isa, IvfPqIndex, IvfSearchParams, LexicalIndex, PqCodes, Precision, StoreFormat,
+    hybrid_search,
 };
 use dentate_memory::Retriever;
 use std::path::PathBuf;
@@ -89,6 +90,10 @@ pub struct BuildArgs {
     /// f32 or f16 (flat vectors / ivfpq re-rank store).
     #[arg(long, default_value = "f16")]
     pub precision: String,
+    /// The IVF kinds' re-rank store: f32, f16 or sq8 (8-bit scalar
+    /// quantization; half of f16's bytes). Default: --precision.
+    #[arg(long)]
+    pub rerank_store: Option<String>,
     /// Keep no vectors for re-ranking (ivfpq, fast-scan; smallest index).
     #[arg(long)]
     pub no_rerank_store: bool,
@@ -228,6 +233,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
             opq_iterations: None,
             coarse: Coarse::default(),
             rerank_store: false,
+            store: prec.into(),
         };
         let (idx, build) = build_index(&spec, &base, true)?;
         let name = format!("exact ({})", if prec == Precision::F32 { "f32" } else { "f16" });
@@ -249,6 +255,7 @@ pub(crate) fn quickstart(a: &QuickstartArgs) -> Res<()> {
         opq_iterations: Some(8),
         coarse: Coarse::default(),
         rerank_store: true,
+        store: StoreFormat::F16,
     };
     let (idx, build) = build_index(&spec, &base, true)?;
     let AnyIndex::IvfPq(ivf) = &idx else {
@@ -318,15 +325,20 @@ fn build_cmd(a: &BuildArgs) -> Res<()> {
         )
         .into());
     }
+    let precision: Precision = a.precision.parse()?;
     let spec = IndexSpec {
         kind: a.index.clone(),
         nlist: a.nlist,
         m: a.m,
         opq: a.opq,
-        precision: a.precision.parse()?,
+        precision,
         opq_iterations: a.opq_iterations,
         coarse: Coarse::default(),
         rerank_store: !a.no_rerank_store,
+        store: match &a.rerank_store {
+            Some(s) => StoreFormat::parse(s)?,
+            None => precision.into(),
+        },
     };
     let (idx, secs) = build_index(&spec, &base, true)?;
     idx.as_index().save(&a.output)?;

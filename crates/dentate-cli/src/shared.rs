@@ -5,7 +5,7 @@
 
 use clap::Args;
 use dentate_core::data::{Matrix, read_f32, read_i64};
-use dentate_core::{AnyIndex, FlatIndex, Index, IvfPqConfig, IvfPqIndex, Precision};
+use dentate_core::{AnyIndex, FlatIndex, Index, IvfPqConfig, IvfPqIndex, Precision, StoreFormat};
 use dentate_embed::Embedder;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
@@ -123,7 +123,9 @@ pub(crate) struct IndexSpec {
     pub opq: bool,
     pub precision: Precision,
     pub opq_iterations: Option<usize>,
+    /// Keep a re-rank store (IVF kinds), in `store`'s format.
     pub rerank_store: bool,
+    pub store: StoreFormat,
     pub coarse: Coarse,
 }
 
@@ -153,7 +155,7 @@ pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) 
             if let Some(it) = spec.opq_iterations {
                 cfg.opq_config.iterations = it;
             }
-            cfg.rerank_store = spec.rerank_store.then_some(spec.precision);
+            cfg.rerank_store = spec.rerank_store.then_some(spec.store);
             if let Some(p) = spec.coarse.points_per_list {
                 cfg.kmeans_points_per_list = p;
             }

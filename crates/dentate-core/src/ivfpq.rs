@@ -27,6 +27,7 @@ use crate::layout::{Floats, Panels, RowMajor};
 use crate::opq::{OpqConfig, OpqRotation};
 use crate::pq::{PqTrainConfig, ProductQuantizer, ksub_for};
 use crate::rows::RowTable;
+use crate::store::{RerankStore, Sq8Rows, StoreFormat};
 use crate::topk::{Cand, Hit};
 use crate::views::{BaseRef, InvList, InvertedRef, Probe, StoreRef, new_uid};
 // The scan's views live in `views` (the compute interface reads them); the
@@ -51,9 +52,11 @@ pub struct IvfPqConfig {
     /// Learn an OPQ rotation before IVF and PQ (fitted to PQ codes of this
     /// index's width, whatever `opq_config.pq_bits` says).
     pub opq: bool,
-    /// Keep full vectors in this precision for exact re-ranking (`None`:
-    /// keep none; re-ranking is then unavailable).
-    pub rerank_store: Option<Precision>,
+    /// Keep the vectors in this format for re-ranking the PQ shortlist
+    /// (f32 or f16: exact; 8-bit scalar-quantized: half of f16's bytes,
+    /// [`crate::store`]), or `None`: keep none; re-ranking is then
+    /// unavailable.
+    pub rerank_store: Option<StoreFormat>,
     /// Default lists probed per query.
     pub nprobe: usize,
     /// Default re-rank factor: the best `k × rerank` PQ candidates are
@@ -86,7 +89,7 @@ impl IvfPqConfig {
             m,
             codes: PqCodes::Pq8,
             opq: false,
-            rerank_store: Some(Precision::F16),
+            rerank_store: Some(StoreFormat::F16),
             nprobe: 16,
             rerank: 4,
             kmeans_iterations: 25,
@@ -229,7 +232,7 @@ pub struct IvfPqIndex {
     cfg: IvfPqConfig,
     trained: Option<Trained>,
     lists: Vec<InvList>,
-    raw: Option<RowMajor>,
+    raw: Option<RerankStore>,
     rows: RowTable,
     compute: Arc<dyn Compute>,
 }
@@ -256,7 +259,7 @@ impl IvfPqIndex {
         }
         Ok(IvfPqIndex {
             dim,
-            raw: cfg.rerank_store.map(|p| RowMajor::new(dim, p)),
+            raw: cfg.rerank_store.map(|f| RerankStore::new(dim, f)),
             lists: vec![InvList::default(); cfg.nlist],
             cfg,
             trained: None,
@@ -309,6 +312,10 @@ impl IvfPqIndex {
             return Err(Error::InsufficientTrainingData { needed, got: n });
         }
         let x = normalized(data, self.dim)?;
+        if let Some(raw) = &mut self.raw {
+            // The 8-bit store's ranges, from the vectors as stored (normalised, not rotated).
+            raw.train(&x)?;
+        }
         let c = self.compute.as_ref();
         let t0 = web_time::Instant::now();
         let lap = |what: &str| log::info!("train: {what} done at {:.2} s", t0.elapsed().as_secs_f64());
@@ -502,7 +509,7 @@ impl IvfPqIndex {
             ids: &self.rows.ids,
             alive: &self.rows.alive,
             store: self.raw.as_ref().map(|raw| StoreRef {
-                rows: raw,
+                store: raw,
                 uid: self.rows.uid,
                 epoch: self.rows.epoch,
             }),
@@ -521,7 +528,7 @@ impl IvfPqIndex {
         w.u32(u32::try_from(self.cfg.nprobe).unwrap_or(u32::MAX));
         w.u32(u32::try_from(self.cfg.rerank).unwrap_or(u32::MAX));
         w.u8(self.cfg.opq as u8);
-        w.u8(self.cfg.rerank_store.map_or(255, |p| p.code()));
+        w.u8(self.cfg.rerank_store.map_or(255, |f| f.code()));
         w.u64(self.cfg.seed);
         match &self.trained {
             None => w.u8(0),
@@ -542,9 +549,16 @@ impl IvfPqIndex {
             w.u32s(&l.rows);
             w.bytes(&l.codes);
         }
-        match self.raw.as_ref().map(|r| r.data()) {
-            Some(Floats::F32(v)) => w.f32s(v),
-            Some(Floats::F16(v)) => w.f16s(v),
+        match &self.raw {
+            Some(RerankStore::Floats(rows)) => match rows.data() {
+                Floats::F32(v) => w.f32s(v),
+                Floats::F16(v) => w.f16s(v),
+            },
+            Some(RerankStore::Sq8(s)) => {
+                w.f32s(s.lo());
+                w.f32s(s.step());
+                w.bytes(s.codes());
+            }
             None => {}
         }
         self.rows.write(&mut w);
@@ -579,7 +593,7 @@ impl IvfPqIndex {
         let opq = r.u8()? != 0;
         let store = match r.u8()? {
             255 => None,
-            c => Some(Precision::from_code(c)?),
+            c => Some(StoreFormat::from_code(c)?),
         };
         let seed = r.u64()?;
         // Each list needs two 8-byte length prefixes: bound nlist by the
@@ -655,11 +669,17 @@ impl IvfPqIndex {
         }
         let raw = match store {
             None => None,
-            Some(Precision::F32) => {
-                Some(RowMajor::from_raw(dim, Floats::F32(r.f32s()?)).ok_or_else(|| bad("re-rank store"))?)
-            }
-            Some(Precision::F16) => {
-                Some(RowMajor::from_raw(dim, Floats::F16(r.f16s()?)).ok_or_else(|| bad("re-rank store"))?)
+            Some(StoreFormat::F32) => Some(RerankStore::Floats(
+                RowMajor::from_raw(dim, Floats::F32(r.f32s()?)).ok_or_else(|| bad("re-rank store"))?,
+            )),
+            Some(StoreFormat::F16) => Some(RerankStore::Floats(
+                RowMajor::from_raw(dim, Floats::F16(r.f16s()?)).ok_or_else(|| bad("re-rank store"))?,
+            )),
+            Some(StoreFormat::Sq8) => {
+                let (lo, step, codes) = (r.f32s()?, r.f32s()?, r.bytes()?);
+                Some(RerankStore::Sq8(
+                    Sq8Rows::from_raw(dim, lo, step, codes).ok_or_else(|| bad("8-bit re-rank store"))?,
+                ))
             }
         };
         let rows = RowTable::read(r)?;
@@ -688,6 +708,12 @@ impl IvfPqIndex {
         }
         if total > 0 && idx.trained.is_none() {
             return Err(Error::Corrupt("untrained index holds vectors".into()));
+        }
+        if let Some(RerankStore::Sq8(s)) = &raw
+            && idx.trained.is_some()
+            && !s.is_trained()
+        {
+            return Err(bad("8-bit re-rank store without its ranges"));
         }
         idx.lists = lists;
         idx.raw = raw;
@@ -817,13 +843,15 @@ impl Index for IvfPqIndex {
         let centroids = t.coarse.to_rows();
         let resid = residuals(&xr, self.dim, &centroids, &assign);
         let codes = t.pq.encode(&resid, c)?;
+        // The store first: the one step that can still fail (an 8-bit
+        // store without its ranges) leaves the lists untouched.
+        if let Some(raw) = &mut self.raw {
+            raw.extend(&x)?;
+        }
         let m = self.cfg.m;
         for (i, &id) in ids.iter().enumerate() {
             let row = self.rows.push(id);
             self.lists[assign[i] as usize].push(row, &codes[i * m..(i + 1) * m], self.cfg.codes);
-        }
-        if let Some(raw) = &mut self.raw {
-            raw.extend(&x);
         }
         Ok(())
     }

@@ -9,7 +9,8 @@
 //! keyed on both stays valid while the index only grows.
 
 use crate::codebook::{Codebooks, PqCodes};
-use crate::layout::{Panels, RowMajor};
+use crate::layout::Panels;
+use crate::store::RerankStore;
 use crate::topk::{Cand, Hit};
 use crate::vector::Bitset;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -93,8 +94,8 @@ pub struct Probe {
 /// (the same `uid`/`epoch` rules as [`BaseRef`]).
 #[derive(Debug, Clone, Copy)]
 pub struct StoreRef<'a> {
-    /// The vectors, row-major, one per global row.
-    pub rows: &'a RowMajor,
+    /// The vectors (full or 8-bit), row-major, one per global row.
+    pub store: &'a RerankStore,
     /// Identity of the underlying storage, for backend caches.
     pub uid: u64,
     /// Bumped whenever rows change other than by appending.

@@ -7,7 +7,7 @@ use dentate_core::{BaseRef, Compute, CpuCompute};
 use dentate_core::{
     Bitset, Index, IvfPqConfig, IvfPqIndex, IvfSearchParams, Metric, Precision, SalienceParams, StoreRef,
 };
-use dentate_core::{Panels, RowMajor};
+use dentate_core::{Panels, RerankStore, RowMajor};
 use dentate_gpu::{GpuCompute, GpuOptions};
 use std::sync::Arc;
 
@@ -63,14 +63,17 @@ fn main() {
         "matmul_nt",
         usize::from(m.len() != m2.len()) + m.iter().zip(&m2).filter(|(x, y)| (*x - *y).abs() > 1e-3).count(),
     );
-    let mut store = RowMajor::new(dim, Precision::F16);
-    store.extend(&data);
+    let store = RerankStore::Floats({
+        let mut rows = RowMajor::new(dim, Precision::F16);
+        rows.extend(&data);
+        rows
+    });
     let ids: Vec<u64> = (0..3000).collect();
     let cands: Vec<Vec<u32>> = (0..5)
         .map(|q| (0..50).map(|i| (q * 97 + i * 13) as u32 % 3000).collect())
         .collect();
     let sref = StoreRef {
-        rows: &store,
+        store: &store,
         uid: 77,
         epoch: 0,
     };

@@ -10,7 +10,7 @@ use crate::resident::{Layout, ResidentIds, ResidentLists, ResidentStore, alive_w
 use crate::topk::{CAND_BYTES, MAX_EXACT_K, decode, seg_len, select_pairs};
 use dentate_core::fastscan::{QuantizedTables, padded_m};
 use dentate_core::topk::Cand;
-use dentate_core::{Codebooks, IvfParts, IvfPlan, Probe, StoreRef};
+use dentate_core::{Codebooks, IvfParts, IvfPlan, Probe, RerankStore, StoreFormat, StoreRef};
 
 /// Where the lookup table lives.
 pub(crate) type Table = crate::TablePlacement;
@@ -52,12 +52,13 @@ fn lut_source(t: Table) -> (String, String) {
 
 /// The constants the host prepends to `pq.wgsl` (see its header); `fw`
 /// is 1 for every kernel but `fastscan`.
-fn consts(pq_m: usize, dsub: usize, f16_store: bool, fw: usize) -> Vec<(&'static str, String)> {
+fn consts(pq_m: usize, dsub: usize, store: StoreFormat, fw: usize) -> Vec<(&'static str, String)> {
     vec![
         ("M", format!("{pq_m}u")),
         ("DSUB", format!("{dsub}u")),
         ("W", format!("{}u", pq_m.div_ceil(4))),
-        ("F16", f16_store.to_string()),
+        ("F16", (store == StoreFormat::F16).to_string()),
+        ("SQ8", (store == StoreFormat::Sq8).to_string()),
         ("FW", format!("{fw}u")),
     ]
 }
@@ -179,7 +180,7 @@ impl GpuState {
         )?;
         let table = table_placement(gpu, self.table, m);
         let (decl, fill) = lut_source(table);
-        let c = consts(m, pq.dsub(), false, 1);
+        let c = consts(m, pq.dsub(), StoreFormat::F32, 1);
         let replace = [("LUT_DECL", decl), ("LUT_FILL", fill)];
         let adc = gpu
             .pipeline(wgsl::PQ, "adc", &c, &replace, table == Table::SharedF16)
@@ -280,7 +281,7 @@ impl GpuState {
             |r| Ok(r.sync(gpu, lists, Layout::Packed)),
             || ResidentLists::new(gpu, lists, Layout::Packed),
         )?;
-        let c = consts(m2, 1, false, fw);
+        let c = consts(m2, 1, StoreFormat::F32, fw);
         let replace = [("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())];
         let pipe = gpu.pipeline(wgsl::PQ, "fastscan", &c, &replace, false).await?;
         let nprobe = probes.iter().map(Vec::len).max().unwrap_or(0).max(1);
@@ -349,23 +350,39 @@ impl GpuState {
         k: usize,
     ) -> Result<Vec<Vec<Cand>>> {
         let kk = keep(k)?;
-        let d = store.rows.dim();
+        let d = store.store.dim();
         let nq = candidates.len();
+        // An 8-bit store scores `bias + Σ qs_j · c_j`: the device gets `qs`
+        // in place of the query and the sum, the bias is added here (a
+        // per-query constant: it moves no candidate past another).
+        let sq8 = match store.store {
+            RerankStore::Sq8(s) => {
+                let (mut all, mut biases) = (Vec::with_capacity(queries.len()), Vec::with_capacity(nq));
+                for q in queries.chunks_exact(d.max(1)).take(nq) {
+                    let (qs, bias) = s.prepare(q);
+                    all.extend(qs);
+                    biases.push(bias);
+                }
+                Some((all, biases))
+            }
+            RerankStore::Floats(_) => None,
+        };
+        let queries = sq8.as_ref().map_or(queries, |(qs, _)| qs.as_slice());
         let ids_buf = self.ids_buffer(store.uid, store.epoch, ids)?;
         let gpu = &self.gpu;
         let res = self
             .stores
             .get(store.uid, |r| r.sync(gpu, store), || ResidentStore::new(gpu, store))?;
         let chunk_rows = res.vecs.chunk_rows();
-        let nchunks = store.rows.len().div_ceil(chunk_rows).max(1);
-        if nchunks > res.vecs.chunks() && !store.rows.is_empty() {
+        let nchunks = store.store.len().div_ceil(chunk_rows).max(1);
+        if nchunks > res.vecs.chunks() && !store.store.is_empty() {
             return Err(GpuError::Device("the re-rank store is not resident".into()));
         }
         let pipe = gpu
             .pipeline(
                 wgsl::PQ,
                 "rerank",
-                &consts(4, 1, res.f16, 1),
+                &consts(4, 1, res.format, 1),
                 &[("LUT_DECL", lut_source(Table::Global).0), ("LUT_FILL", String::new())],
                 false,
             )
@@ -390,7 +407,7 @@ impl GpuState {
             let mut enc = gpu.encoder();
             for c in 0..nchunks {
                 let row0 = c * chunk_rows;
-                let nrows = store.rows.len().saturating_sub(row0).min(chunk_rows);
+                let nrows = store.store.len().saturating_sub(row0).min(chunk_rows);
                 let params = gpu.uniform(&words(&[
                     nb as u32,
                     d as u32,
@@ -419,6 +436,13 @@ impl GpuState {
             }
             out.extend(finish(gpu, enc, (scored, &ids_buf), (nb, ncand), kk, k).await?);
             q0 += nb;
+        }
+        if let Some((_, biases)) = &sq8 {
+            for (cands, &bias) in out.iter_mut().zip(biases) {
+                for c in cands {
+                    c.score += bias; // bias + dot: f32 addition commutes, as the CPU adds it
+                }
+            }
         }
         Ok(out)
     }

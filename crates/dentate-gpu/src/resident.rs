@@ -9,7 +9,7 @@ use crate::error::{GpuError, Result};
 use dentate_core::Floats;
 use dentate_core::fastscan::{BLOCK, block_bytes};
 use dentate_core::simd::PANEL;
-use dentate_core::{BaseRef, Bitset, InvertedRef, PointsRef, StoreRef};
+use dentate_core::{BaseRef, Bitset, InvertedRef, PointsRef, RerankStore, StoreFormat, StoreRef};
 
 /// Rows of `row_bytes` bytes in chunks of at most `chunk_rows` rows; each
 /// chunk is one storage buffer that grows by doubling (copied on the
@@ -177,41 +177,44 @@ impl ResidentBase {
     }
 }
 
-/// A row-major store of vectors for exact re-ranking (rows padded to whole
-/// u32 words).
+/// A row-major store of vectors for re-ranking (rows padded to whole u32
+/// words): f32 (a word a component), f16 (two) or 8-bit codes (four).
 pub(crate) struct ResidentStore {
-    key: (u64, u64, usize, bool),
+    key: (u64, u64, usize, StoreFormat),
     rows: usize,
     pub vecs: RowBuffers,
     /// u32 words per row.
     pub words: usize,
-    pub f16: bool,
+    pub format: StoreFormat,
 }
 
 impl ResidentStore {
-    fn key(store: &StoreRef<'_>) -> (u64, u64, usize, bool) {
-        let f16 = matches!(store.rows.data(), Floats::F16(_));
-        (store.uid, store.epoch, store.rows.dim(), f16)
+    fn key(store: &StoreRef<'_>) -> (u64, u64, usize, StoreFormat) {
+        (store.uid, store.epoch, store.store.dim(), store.store.format())
     }
 
     pub fn new(gpu: &Gpu, store: &StoreRef<'_>) -> Result<Self> {
         let key = Self::key(store);
-        let d = store.rows.dim();
-        let words = if key.3 { d.div_ceil(2) } else { d };
+        let d = store.store.dim();
+        let words = match key.3 {
+            StoreFormat::F32 => d,
+            StoreFormat::F16 => d.div_ceil(2),
+            StoreFormat::Sq8 => d.div_ceil(4),
+        };
         let chunk_rows = RowBuffers::rows_per_binding(gpu, words as u64 * 4)?;
         let mut s = ResidentStore {
             key,
             rows: 0,
             vecs: RowBuffers::new(words as u64 * 4, chunk_rows),
             words,
-            f16: key.3,
+            format: key.3,
         };
         s.append(gpu, store)?;
         Ok(s)
     }
 
     pub fn sync(&mut self, gpu: &Gpu, store: &StoreRef<'_>) -> Result<bool> {
-        if Self::key(store) != self.key || store.rows.len() < self.rows {
+        if Self::key(store) != self.key || store.store.len() < self.rows {
             return Ok(false);
         }
         self.append(gpu, store)?;
@@ -219,23 +222,36 @@ impl ResidentStore {
     }
 
     fn append(&mut self, gpu: &Gpu, store: &StoreRef<'_>) -> Result<()> {
-        let n = store.rows.len();
+        let n = store.store.len();
         if n == self.rows {
             return Ok(());
         }
-        let d = store.rows.dim();
+        let d = store.store.dim();
         let (a, b) = (self.rows * d, n * d);
-        match store.rows.data() {
-            Floats::F32(v) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b]))?,
-            Floats::F16(v) if d.is_multiple_of(2) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b]))?,
-            Floats::F16(v) => {
-                // Odd dimension: pad every row to a whole word.
-                let mut padded = Vec::with_capacity((n - self.rows) * (d + 1));
-                for row in v[a..b].chunks_exact(d) {
-                    padded.extend_from_slice(row);
-                    padded.push(half::f16::ZERO);
+        match store.store {
+            RerankStore::Floats(rows) => match rows.data() {
+                Floats::F32(v) => self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b]))?,
+                Floats::F16(v) if d.is_multiple_of(2) => {
+                    self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&v[a..b]))?
                 }
-                self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&padded))?;
+                Floats::F16(v) => {
+                    // Odd dimension: pad every row to a whole word.
+                    let mut padded = Vec::with_capacity((n - self.rows) * (d + 1));
+                    for row in v[a..b].chunks_exact(d) {
+                        padded.extend_from_slice(row);
+                        padded.push(half::f16::ZERO);
+                    }
+                    self.vecs.write(gpu, self.rows, bytemuck::cast_slice(&padded))?;
+                }
+            },
+            RerankStore::Sq8(s) => {
+                // Four codes a word, every row padded to whole words.
+                let w = 4 * self.words;
+                let mut padded = vec![0u8; (n - self.rows) * w];
+                for (dst, row) in padded.chunks_exact_mut(w).zip(s.codes()[a..b].chunks_exact(d)) {
+                    dst[..d].copy_from_slice(row);
+                }
+                self.vecs.write(gpu, self.rows, &padded)?;
             }
         }
         self.rows = n;

@@ -90,7 +90,7 @@ impl Compute for CpuCompute {
         candidates: &[Vec<u32>],
         k: usize,
     ) -> Vec<Vec<Cand>> {
-        pq::rerank(queries, store, ids, candidates, k)
+        pq::rerank(self.isa, queries, store, ids, candidates, k)
     }
 
     fn salience(&self, added: &[u64], last_retrieved: &[u64], now: u64, params: &SalienceParams) -> Vec<f32> {

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::fastscan::{BLOCK, KSUB as KSUB4, QuantizedTables, check_books};
 use crate::pq::KSUB;
 use crate::simd::{Isa, pq4};
+use crate::store::RerankStore;
 use crate::topk::{Cand, Reservoir};
 use crate::vector::Bitset;
 use crate::views::{InvList, IvfParts, IvfPlan, StoreRef};
@@ -205,35 +206,47 @@ fn scan_packed_list(isa: Isa, qt: &QuantizedTables, list: &InvList, bias: f32, l
 
 /// [`crate::Compute::rerank`].
 pub(super) fn rerank(
+    isa: Isa,
     queries: &[f32],
     store: StoreRef<'_>,
     ids: &[u64],
     candidates: &[Vec<u32>],
     k: usize,
 ) -> Vec<Vec<Cand>> {
-    let store = store.rows;
-    let d = store.dim();
+    let d = store.store.dim();
     candidates
         .par_iter()
         .enumerate()
         .map(|(qi, rows)| {
             let q = &queries[qi * d..(qi + 1) * d];
             let mut heap = Reservoir::new(k.min(rows.len()));
-            // Candidate rows are scattered: fetch a few rows ahead.
-            const AHEAD: usize = 4;
-            for &r in rows.iter().take(AHEAD) {
-                store.prefetch_row(r as usize);
-            }
-            for (i, &r) in rows.iter().enumerate() {
-                if let Some(&next) = rows.get(i + AHEAD) {
-                    store.prefetch_row(next as usize);
-                }
-                let r = r as usize;
+            let mut offer = |r: usize, score: f32| {
                 heap.push(Cand {
-                    score: store.dot_row(r, q),
+                    score,
                     id: ids[r],
                     row: r as u32,
-                });
+                })
+            };
+            match store.store {
+                RerankStore::Floats(store) => {
+                    // Candidate rows are scattered: fetch a few rows ahead.
+                    const AHEAD: usize = 4;
+                    for &r in rows.iter().take(AHEAD) {
+                        store.prefetch_row(r as usize);
+                    }
+                    for (i, &r) in rows.iter().enumerate() {
+                        if let Some(&next) = rows.get(i + AHEAD) {
+                            store.prefetch_row(next as usize);
+                        }
+                        offer(r as usize, store.dot_row(r as usize, q));
+                    }
+                }
+                RerankStore::Sq8(store) => {
+                    let (qs, bias) = store.prepare(q);
+                    for &r in rows {
+                        offer(r as usize, store.score(isa, r as usize, &qs, bias));
+                    }
+                }
             }
             heap.into_sorted()
         })

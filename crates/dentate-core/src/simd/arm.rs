@@ -64,3 +64,34 @@ pub(super) unsafe fn tiles_f32_neon(
         }
     }
 }
+
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn dot_u8_neon(a: &[u8], b: &[f32]) -> f32 {
+    let n = a.len();
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut i = 0;
+    unsafe {
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        while i + 16 <= n {
+            let c = vld1q_u8(pa.add(i));
+            let lo = vmovl_u8(vget_low_u8(c));
+            let hi = vmovl_high_u8(c);
+            let x = [
+                vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo))),
+                vcvtq_f32_u32(vmovl_high_u16(lo)),
+                vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi))),
+                vcvtq_f32_u32(vmovl_high_u16(hi)),
+            ];
+            for (u, a) in acc.iter_mut().enumerate() {
+                *a = vfmaq_f32(*a, x[u], vld1q_f32(pb.add(i + 4 * u)));
+            }
+            i += 16;
+        }
+        let s = vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]));
+        let mut s = vaddvq_f32(s);
+        for j in i..n {
+            s += f32::from(a[j]) * b[j];
+        }
+        s
+    }
+}

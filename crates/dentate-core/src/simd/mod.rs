@@ -172,6 +172,40 @@ pub fn dot_f16_with(isa: Isa, a: &[f16], b: &[f32]) -> f32 {
     }
 }
 
+/// Inner product of bytes `a` (read as 0–255) with f32 `b` on the given
+/// path: the 8-bit re-rank store's kernel ([`crate::store::Sq8Rows`]).
+pub fn dot_u8_with(isa: Isa, a: &[u8], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: produced only after runtime detection of AVX-512F, and of
+        // AVX2+FMA (which every AVX-512F machine also passes).
+        Isa::Avx512 => unsafe { x86::dot_u8_avx512(a, b) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::dot_u8_avx2(a, b) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is part of the aarch64 baseline.
+        Isa::Neon => unsafe { arm::dot_u8_neon(a, b) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => wasm::dot_u8_simd128(a, b),
+        _ => {
+            let mut acc = [0f32; 8];
+            let (chunks, rest) = a.as_chunks::<8>();
+            for (c, w) in chunks.iter().zip(b.chunks_exact(8)) {
+                for l in 0..8 {
+                    acc[l] += f32::from(c[l]) * w[l];
+                }
+            }
+            let mut s: f32 = acc.iter().sum();
+            for (x, y) in rest.iter().zip(&b[chunks.len() * 8..]) {
+                s += f32::from(*x) * y;
+            }
+            s
+        }
+    }
+}
+
 /// Squared L2 distance.
 pub fn l2_sq(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
@@ -380,6 +414,19 @@ mod tests {
                 let wh: f64 = ah.iter().zip(&b).map(|(x, y)| x.to_f64() * *y as f64).sum();
                 let gh = dot_f16_with(isa, &ah, &b);
                 assert!((gh as f64 - wh).abs() < 1e-3, "{isa:?} f16 n={n}");
+                // Bytes over their whole range, against the same in f64.
+                let au: Vec<u8> = (0..n).map(|i| (i * 37 % 256) as u8).collect();
+                let wu: f64 = au.iter().zip(&b).map(|(&x, y)| f64::from(x) * f64::from(*y)).sum();
+                let mag: f64 = au
+                    .iter()
+                    .zip(&b)
+                    .map(|(&x, y)| (f64::from(x) * f64::from(*y)).abs())
+                    .sum();
+                let gu = dot_u8_with(isa, &au, &b);
+                assert!(
+                    (f64::from(gu) - wu).abs() < 1e-3 + 1e-6 * mag,
+                    "{isa:?} u8 n={n}: {gu} vs {wu}"
+                );
             }
         }
     }

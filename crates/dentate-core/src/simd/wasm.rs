@@ -113,3 +113,36 @@ pub(super) fn widen_f16_simd128(src: &[half::f16], dst: &mut [f32]) {
         dst[i] = src[i].to_f32();
     }
 }
+
+/// Inner product of bytes `a` (as 0–255) with f32 `b` (equal lengths),
+/// sixteen at a time.
+pub(super) fn dot_u8_simd128(a: &[u8], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let chunks = n / 16;
+    let mut acc = [f32x4_splat(0.0); 4];
+    for c in 0..chunks {
+        let i = c * 16;
+        // SAFETY: i + 16 ≤ n ≤ both lengths; wasm loads need no alignment.
+        unsafe {
+            let v = v128_load(a.as_ptr().add(i) as *const v128);
+            let (lo, hi) = (u16x8_extend_low_u8x16(v), u16x8_extend_high_u8x16(v));
+            let x = [
+                f32x4_convert_u32x4(u32x4_extend_low_u16x8(lo)),
+                f32x4_convert_u32x4(u32x4_extend_high_u16x8(lo)),
+                f32x4_convert_u32x4(u32x4_extend_low_u16x8(hi)),
+                f32x4_convert_u32x4(u32x4_extend_high_u16x8(hi)),
+            ];
+            let bp = b.as_ptr().add(i) as *const v128;
+            for (u, s) in acc.iter_mut().enumerate() {
+                *s = f32x4_add(*s, f32x4_mul(x[u], v128_load(bp.add(u))));
+            }
+        }
+    }
+    let s = f32x4_add(f32x4_add(acc[0], acc[1]), f32x4_add(acc[2], acc[3]));
+    let mut sum = (f32x4_extract_lane::<0>(s) + f32x4_extract_lane::<1>(s))
+        + (f32x4_extract_lane::<2>(s) + f32x4_extract_lane::<3>(s));
+    for i in chunks * 16..n {
+        sum += f32::from(a[i]) * b[i];
+    }
+    sum
+}

@@ -311,3 +311,56 @@ pub(super) unsafe fn tiles_f32_avx2(q: &[f32], nq: usize, d: usize, p: &[f32], n
 pub(super) unsafe fn tiles_f16_avx2(q: &[f32], nq: usize, d: usize, p: &[f16], np: usize, out: &mut [f32], w: usize) {
     unsafe { tiles256(q, nq, d, p, np, out, w) }
 }
+
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn dot_u8_avx2(a: &[u8], b: &[f32]) -> f32 {
+    let n = a.len();
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc0 = _mm256_setzero_ps();
+    let mut acc1 = _mm256_setzero_ps();
+    let mut i = 0;
+    unsafe {
+        while i + 16 <= n {
+            let c = _mm_loadu_si128(pa.add(i) as *const __m128i);
+            let x0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c));
+            let x1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128::<8>(c)));
+            acc0 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(pb.add(i)), acc0);
+            acc1 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(pb.add(i + 8)), acc1);
+            i += 16;
+        }
+    }
+    let mut s = hsum256(_mm256_add_ps(acc0, acc1));
+    for j in i..n {
+        s += f32::from(a[j]) * b[j];
+    }
+    s
+}
+
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn dot_u8_avx512(a: &[u8], b: &[f32]) -> f32 {
+    let n = a.len();
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 2];
+    let mut i = 0;
+    unsafe {
+        while i + 32 <= n {
+            for (u, a) in acc.iter_mut().enumerate() {
+                let c = _mm_loadu_si128(pa.add(i + 16 * u) as *const __m128i);
+                let x = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c));
+                *a = _mm512_fmadd_ps(x, _mm512_loadu_ps(pb.add(i + 16 * u)), *a);
+            }
+            i += 32;
+        }
+        while i + 16 <= n {
+            let c = _mm_loadu_si128(pa.add(i) as *const __m128i);
+            let x = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(c));
+            acc[0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(pb.add(i)), acc[0]);
+            i += 16;
+        }
+    }
+    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+    for j in i..n {
+        s += f32::from(a[j]) * b[j];
+    }
+    s
+}

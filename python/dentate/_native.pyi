@@ -120,10 +120,13 @@ class IvfPqIndex(Index):
         rerank: Optional[int] = None,
         iterations: Optional[int] = None,
         seed: Optional[int] = None,
+        rerank_store: str = "f16",
     ) -> None:
         """``nlist`` lists, ``m`` sub-quantizers (``m`` divides ``dim``),
         ``opq`` to learn a rotation; ``nprobe``/``rerank`` are the search
-        defaults. Call ``train`` before ``add``."""
+        defaults; ``rerank_store`` keeps the vectors for re-ranking as
+        ``"f16"``, ``"f32"``, ``"sq8"`` (8-bit, half of f16's bytes) or
+        ``"none"``. Call ``train`` before ``add``."""
     @classmethod
     def load(cls, path: _Path) -> Index:  # type: ignore[override]
         """Loads a file that must hold an 8-bit IVF-PQ index."""
@@ -143,6 +146,7 @@ class FastScanIndex(Index):
         rerank: Optional[int] = None,
         iterations: Optional[int] = None,
         seed: Optional[int] = None,
+        rerank_store: str = "f16",
     ) -> None:
         """``m`` sub-quantizers of 16 centroids (``m / 2`` bytes per vector);
         the options of :class:`IvfPqIndex`. Call ``train`` before ``add``."""

@@ -2,7 +2,9 @@
 
 use crate::arrays::{Batch, ids, results, rows, size};
 use crate::errors::{core, invalid, param};
-use dentate_core::{AnyIndex, FlatIndex, Index, IndexKind, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision};
+use dentate_core::{
+    AnyIndex, FlatIndex, Index, IndexKind, IvfPqConfig, IvfPqIndex, IvfSearchParams, Precision, StoreFormat,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyType};
 use std::path::PathBuf;
@@ -112,9 +114,17 @@ fn ivf_index(
     rerank: Option<i64>,
     iterations: Option<i64>,
     seed: Option<u64>,
+    rerank_store: &str,
 ) -> PyResult<PyClassInitializer<PyIndex>> {
     let dim = check_dim(dim)?;
     let mut cfg = config(size(nlist, "nlist")?, size(m, "m")?).opq(opq);
+    cfg.rerank_store = match rerank_store {
+        "none" => None,
+        s => Some(StoreFormat::parse(s).map_err(core)?),
+    };
+    if cfg.rerank_store.is_none() {
+        cfg.rerank = 0;
+    }
     let opt = |v: Option<i64>, name: &str| v.map(|v| size(v, name)).transpose();
     if let Some(n) = opt(nprobe, "nprobe")? {
         cfg.nprobe = n;
@@ -382,6 +392,7 @@ impl PyIndex {
             d.set_item("nprobe", c.nprobe)?;
             d.set_item("rerank", c.rerank)?;
             d.set_item("seed", c.seed)?;
+            d.set_item("rerank_store", c.rerank_store.map_or("none", |f| f.name()))?;
         }
         Ok(d)
     }
@@ -422,9 +433,11 @@ impl PyIvfPqIndex {
     /// `nlist` inverted lists, `m` sub-quantizers of 8-bit codes (`m` must
     /// divide `dim`), `opq` to learn a rotation first; `nprobe` and
     /// `rerank` are the search defaults, `iterations` the k-means Lloyd
-    /// iterations, `seed` the training seed. Call `train` before `add`.
+    /// iterations, `seed` the training seed, `rerank_store` how vectors are
+    /// kept for re-ranking (`"f16"`, `"f32"`, `"sq8"`: 8-bit, half of f16's
+    /// bytes; `"none"`: no re-ranking). Call `train` before `add`.
     #[new]
-    #[pyo3(signature = (dim, nlist, m, *, opq=false, nprobe=None, rerank=None, iterations=None, seed=None))]
+    #[pyo3(signature = (dim, nlist, m, *, opq=false, nprobe=None, rerank=None, iterations=None, seed=None, rerank_store="f16"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         dim: i64,
@@ -435,8 +448,20 @@ impl PyIvfPqIndex {
         rerank: Option<i64>,
         iterations: Option<i64>,
         seed: Option<u64>,
+        rerank_store: &str,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let base = ivf_index(dim, nlist, m, IvfPqConfig::new, opq, nprobe, rerank, iterations, seed)?;
+        let base = ivf_index(
+            dim,
+            nlist,
+            m,
+            IvfPqConfig::new,
+            opq,
+            nprobe,
+            rerank,
+            iterations,
+            seed,
+            rerank_store,
+        )?;
         Ok(base.add_subclass(PyIvfPqIndex))
     }
 
@@ -458,7 +483,7 @@ impl PyFastScanIndex {
     /// 16 centroids (`m` must divide `dim`; `m / 2` bytes per vector), and
     /// the options of `IvfPqIndex`. Call `train` before `add`.
     #[new]
-    #[pyo3(signature = (dim, nlist, m, *, opq=false, nprobe=None, rerank=None, iterations=None, seed=None))]
+    #[pyo3(signature = (dim, nlist, m, *, opq=false, nprobe=None, rerank=None, iterations=None, seed=None, rerank_store="f16"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         dim: i64,
@@ -469,13 +494,25 @@ impl PyFastScanIndex {
         rerank: Option<i64>,
         iterations: Option<i64>,
         seed: Option<u64>,
+        rerank_store: &str,
     ) -> PyResult<PyClassInitializer<Self>> {
         // nlist 1: one list, every code scanned.
         let config = |nlist, m| match nlist {
             1 => IvfPqConfig::flat_fastscan(m),
             _ => IvfPqConfig::fastscan(nlist, m),
         };
-        let base = ivf_index(dim, nlist, m, config, opq, nprobe, rerank, iterations, seed)?;
+        let base = ivf_index(
+            dim,
+            nlist,
+            m,
+            config,
+            opq,
+            nprobe,
+            rerank,
+            iterations,
+            seed,
+            rerank_store,
+        )?;
         Ok(base.add_subclass(PyFastScanIndex))
     }
 

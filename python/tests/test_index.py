@@ -37,6 +37,7 @@ def test_flat_search_is_exact(data: npt.NDArray[np.float32], queries: npt.NDArra
         lambda: dentate.IvfPqIndex(32, 16, 8, opq=True, nprobe=16, rerank=8),
         lambda: dentate.FastScanIndex(32, 16, 16, nprobe=16, rerank=10),
         lambda: dentate.FastScanIndex(32, 1, 16, rerank=10),
+        lambda: dentate.FastScanIndex(32, 16, 16, nprobe=16, rerank=10, rerank_store="sq8"),
     ],
 )
 def test_ivf_kinds_reach_high_recall(make, data: npt.NDArray[np.float32], queries: npt.NDArray[np.float32]) -> None:  # type: ignore[no-untyped-def]
@@ -176,6 +177,11 @@ def test_settings_and_properties(data: npt.NDArray[np.float32]) -> None:
     index = dentate.FastScanIndex(32, 8, 16, opq=False, nprobe=3, rerank=5, seed=11)
     cfg = index.config()
     assert (cfg["nlist"], cfg["m"], cfg["nprobe"], cfg["rerank"], cfg["seed"]) == (8, 16, 3, 5, 11)
+    assert cfg["rerank_store"] == "f16"
+    assert dentate.IvfPqIndex(32, 8, 8, rerank_store="sq8").config()["rerank_store"] == "sq8"
+    assert dentate.IvfPqIndex(32, 8, 8, rerank_store="none").config()["rerank"] == 0
+    with pytest.raises(dentate.InvalidParameterError):
+        dentate.IvfPqIndex(32, 8, 8, rerank_store="f8")
     index.nprobe = 8
     index.rerank = 2
     assert (index.nprobe, index.rerank) == (8, 2)

@@ -137,3 +137,13 @@ pub(crate) fn set(obj: &js_sys::Object, key: &str, value: impl Into<JsValue>) {
     // Setting a property on a plain object created here cannot fail.
     let _ = js_sys::Reflect::set(obj, &JsValue::from_str(key), &value.into());
 }
+
+/// What a thrown JavaScript value says: an `Error`'s message, a thrown
+/// string, or "an exception".
+#[cfg(feature = "memory")]
+pub(crate) fn describe(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| "an exception".into())
+}

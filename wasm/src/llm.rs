@@ -66,7 +66,7 @@ impl JsLlm {
             .map_err(|e| LlmError::Transport {
                 url: format!("javascript:{}", self.name),
                 attempts: 1,
-                reason: format!("the model function threw: {}", crate::memory::describe(&e)),
+                reason: format!("the model function threw: {}", crate::convert::describe(&e)),
             })?;
         let malformed = |reason: &str| LlmError::Malformed {
             model: self.name.clone(),

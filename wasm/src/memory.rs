@@ -1,7 +1,7 @@
 //! `AgentMemory`: a memory pipeline (HEMA by default) over an in-memory
 //! store, snapshotted to bytes.
 
-use crate::convert::{err, get, get_string, get_usize, set};
+use crate::convert::{describe, err, get, get_string, get_usize, set};
 use crate::llm::JsLlm;
 use dentate_embed::{EmbedError, Embedder, HashingEmbedder};
 use dentate_memory::{Llm, Memory, PipelineKind, Retrieved, Retriever};
@@ -78,13 +78,6 @@ impl Embedder for JsEmbedder {
         }
         Ok(v)
     }
-}
-
-pub(crate) fn describe(e: &JsValue) -> String {
-    e.dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .or_else(|| e.as_string())
-        .unwrap_or_else(|| "an exception".into())
 }
 
 /// Agent memory in the page: messages in, relevant memories (with the

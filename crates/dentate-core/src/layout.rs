@@ -204,6 +204,23 @@ impl Panels {
     }
 }
 
+/// Hints the CPU to start loading `row` (x86-64: one prefetch a cache
+/// line; elsewhere nothing).
+#[inline]
+pub(crate) fn prefetch<T>(row: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (ptr, bytes) = (row.as_ptr() as *const u8, std::mem::size_of_val(row));
+        for off in (0..bytes).step_by(64) {
+            // SAFETY: `off < bytes` stays inside the row; prefetching never
+            // faults and SSE is part of the x86-64 baseline.
+            unsafe { std::arch::x86_64::_mm_prefetch(ptr.add(off) as *const i8, std::arch::x86_64::_MM_HINT_T0) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
+}
+
 /// Row-major vectors in f32 or f16: the layout for random access by row
 /// (re-ranking), where panels would touch one cache line per component.
 #[derive(Debug, Clone, PartialEq)]
@@ -269,24 +286,10 @@ impl RowMajor {
     #[inline]
     pub fn prefetch_row(&self, i: usize) {
         let d = self.dim;
-        let (ptr, bytes) = match &self.data {
-            Floats::F32(v) => match v.get(i * d..(i + 1) * d) {
-                Some(r) => (r.as_ptr() as *const u8, std::mem::size_of_val(r)),
-                None => return,
-            },
-            Floats::F16(v) => match v.get(i * d..(i + 1) * d) {
-                Some(r) => (r.as_ptr() as *const u8, std::mem::size_of_val(r)),
-                None => return,
-            },
-        };
-        #[cfg(target_arch = "x86_64")]
-        for off in (0..bytes).step_by(64) {
-            // SAFETY: `off < bytes` stays inside the row; prefetching never
-            // faults and SSE is part of the x86-64 baseline.
-            unsafe { std::arch::x86_64::_mm_prefetch(ptr.add(off) as *const i8, std::arch::x86_64::_MM_HINT_T0) };
+        match &self.data {
+            Floats::F32(v) => prefetch(v.get(i * d..(i + 1) * d).unwrap_or_default()),
+            Floats::F16(v) => prefetch(v.get(i * d..(i + 1) * d).unwrap_or_default()),
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (ptr, bytes);
     }
     /// Row `i` as f32.
     pub fn row(&self, i: usize) -> Vec<f32> {

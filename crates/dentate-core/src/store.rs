@@ -232,6 +232,14 @@ impl Sq8Rows {
         bias + dot_u8_with(isa, &self.codes[i * d..(i + 1) * d], qs)
     }
 
+    /// Hints the CPU to start loading row `i` (as
+    /// [`RowMajor::prefetch_row`]).
+    #[inline]
+    pub fn prefetch_row(&self, i: usize) {
+        let d = self.dim;
+        crate::layout::prefetch(self.codes.get(i * d..(i + 1) * d).unwrap_or_default());
+    }
+
     /// Keeps the rows for which `keep(row)` holds, in order.
     pub fn retain_rows(&mut self, keep: impl Fn(usize) -> bool) {
         let d = self.dim;
@@ -314,6 +322,15 @@ impl RerankStore {
                 Ok(())
             }
             RerankStore::Sq8(s) => s.extend(rows),
+        }
+    }
+    /// Hints the CPU to start loading row `i` (re-ranking visits scattered
+    /// rows).
+    #[inline]
+    pub fn prefetch_row(&self, i: usize) {
+        match self {
+            RerankStore::Floats(r) => r.prefetch_row(i),
+            RerankStore::Sq8(s) => s.prefetch_row(i),
         }
     }
     /// Keeps the rows for which `keep(row)` holds, in order.

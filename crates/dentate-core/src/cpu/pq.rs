@@ -6,9 +6,10 @@
 
 use crate::error::Result;
 use crate::fastscan::{BLOCK, KSUB as KSUB4, QuantizedTables, check_books};
+use crate::layout::RowMajor;
 use crate::pq::KSUB;
 use crate::simd::{Isa, pq4};
-use crate::store::RerankStore;
+use crate::store::{RerankStore, Sq8Rows};
 use crate::topk::{Cand, Reservoir};
 use crate::vector::Bitset;
 use crate::views::{InvList, IvfParts, IvfPlan, StoreRef};
@@ -213,40 +214,45 @@ pub(super) fn rerank(
     candidates: &[Vec<u32>],
     k: usize,
 ) -> Vec<Vec<Cand>> {
-    let d = store.store.dim();
+    let store = store.store;
+    let d = store.dim();
     candidates
         .par_iter()
         .enumerate()
         .map(|(qi, rows)| {
             let q = &queries[qi * d..(qi + 1) * d];
+            // An 8-bit store scores against the query prepared once.
+            enum Scorer<'s> {
+                Full(&'s RowMajor),
+                Bytes(&'s Sq8Rows, Vec<f32>, f32),
+            }
+            let scorer = match store {
+                RerankStore::Floats(f) => Scorer::Full(f),
+                RerankStore::Sq8(s) => {
+                    let (qs, bias) = s.prepare(q);
+                    Scorer::Bytes(s, qs, bias)
+                }
+            };
+            let score = |r: usize| match &scorer {
+                Scorer::Full(f) => f.dot_row(r, q),
+                Scorer::Bytes(s, qs, bias) => s.score(isa, r, qs, *bias),
+            };
             let mut heap = Reservoir::new(k.min(rows.len()));
-            let mut offer = |r: usize, score: f32| {
+            // Candidate rows are scattered: fetch a few rows ahead.
+            const AHEAD: usize = 4;
+            for &r in rows.iter().take(AHEAD) {
+                store.prefetch_row(r as usize);
+            }
+            for (i, &r) in rows.iter().enumerate() {
+                if let Some(&next) = rows.get(i + AHEAD) {
+                    store.prefetch_row(next as usize);
+                }
+                let r = r as usize;
                 heap.push(Cand {
-                    score,
+                    score: score(r),
                     id: ids[r],
                     row: r as u32,
-                })
-            };
-            match store.store {
-                RerankStore::Floats(store) => {
-                    // Candidate rows are scattered: fetch a few rows ahead.
-                    const AHEAD: usize = 4;
-                    for &r in rows.iter().take(AHEAD) {
-                        store.prefetch_row(r as usize);
-                    }
-                    for (i, &r) in rows.iter().enumerate() {
-                        if let Some(&next) = rows.get(i + AHEAD) {
-                            store.prefetch_row(next as usize);
-                        }
-                        offer(r as usize, store.dot_row(r as usize, q));
-                    }
-                }
-                RerankStore::Sq8(store) => {
-                    let (qs, bias) = store.prepare(q);
-                    for &r in rows {
-                        offer(r as usize, store.score(isa, r as usize, &qs, bias));
-                    }
-                }
+                });
             }
             heap.into_sorted()
         })

@@ -510,8 +510,9 @@ fn rerank_store_option_and_stage_profile() {
     for k in ["plan", "scan", "rerank", "results", "total"] {
         assert!(get(k) >= 0.0, "{k}");
     }
+    // (A page that is not cross-origin isolated sees 0.1 ms clock steps,
+    // so a fast search may well report 0: only the order is checked.)
     assert!(get("plan") + get("scan") + get("rerank") + get("results") <= get("total") + 1e-9);
-    assert!(get("total") > 0.0);
     let exact = VectorIndex::exact(dim, JsValue::UNDEFINED).unwrap();
     assert!(message(exact.profile(q, 0, 1, 0).unwrap_err()).contains("k"));
 }

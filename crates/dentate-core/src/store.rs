@@ -111,12 +111,18 @@ impl Sq8Rows {
         }
     }
 
-    /// Rebuilds from a file's parts; `None` when they do not fit together
-    /// (lengths, or a range that is not finite and non-negative).
+    /// Rebuilds from a file's parts; `None` when they do not fit together:
+    /// lengths, or a range that is not one of unit vectors' components
+    /// (within [−1, 1], allowing for rounding; a wider one could only come
+    /// from a damaged file, and would let scores overflow).
     pub(crate) fn from_raw(dim: usize, lo: Vec<f32>, step: Vec<f32>, codes: Vec<u8>) -> Option<Self> {
         let trained = lo.len() == dim && step.len() == dim;
         let untrained = lo.is_empty() && step.is_empty() && codes.is_empty();
-        let sane = lo.iter().all(|x| x.is_finite()) && step.iter().all(|s| s.is_finite() && *s >= 0.0);
+        let unit = |x: f32| (-1.001..=1.001).contains(&x);
+        let sane = lo
+            .iter()
+            .zip(&step)
+            .all(|(&l, &s)| unit(l) && s >= 0.0 && unit(l + 255.0 * s));
         (dim > 0 && (trained || untrained) && sane && codes.len().is_multiple_of(dim)).then_some(Sq8Rows {
             dim,
             lo,
@@ -379,12 +385,18 @@ mod tests {
 
     #[test]
     fn file_parts_are_checked() {
-        let ok = || (vec![0.0, 1.0], vec![0.1, 0.0], vec![1, 2, 3, 4]);
+        let ok = || (vec![-0.5, 1.0], vec![0.004, 0.0], vec![1, 2, 3, 4]);
         let (lo, step, codes) = ok();
         assert!(Sq8Rows::from_raw(2, lo, step, codes).is_some());
         assert!(Sq8Rows::from_raw(2, vec![], vec![], vec![]).is_some()); // untrained, empty
         let (_, step, codes) = ok();
         assert!(Sq8Rows::from_raw(2, vec![f32::NAN, 0.0], step, codes).is_none());
+        let (lo, _, codes) = ok();
+        assert!(Sq8Rows::from_raw(2, lo, vec![f32::INFINITY, 0.0], codes).is_none());
+        let (lo, _, codes) = ok();
+        assert!(Sq8Rows::from_raw(2, lo, vec![1e30, 0.0], codes).is_none()); // beyond unit vectors
+        let (_, step, codes) = ok();
+        assert!(Sq8Rows::from_raw(2, vec![-3.0, 0.0], step, codes).is_none());
         let (lo, _, codes) = ok();
         assert!(Sq8Rows::from_raw(2, lo, vec![-0.1, 0.0], codes).is_none());
         let (lo, step, _) = ok();

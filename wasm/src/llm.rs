@@ -1,9 +1,8 @@
 //! A language model implemented by a JavaScript function, for the memory
 //! pipelines that can use one (HEMA's summaries, Nemori, Amory, PREMem).
 
-use dentate_memory::{Call, ChatMessage, JsonOutcome, Llm, LlmError, LlmStats};
+use dentate_memory::{Call, ChatMessage, JsonOutcome, Llm, LlmCounters, LlmError, LlmStats};
 use js_sys::{Array, Function, Object};
-use std::sync::Mutex;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
@@ -17,7 +16,7 @@ use wasm_bindgen::prelude::*;
 pub(crate) struct JsLlm {
     f: Function,
     name: String,
-    stats: Mutex<LlmStats>,
+    stats: LlmCounters,
 }
 
 // SAFETY: this crate is compiled for wasm32 only (see lib.rs), and
@@ -34,12 +33,8 @@ impl JsLlm {
         JsLlm {
             f,
             name,
-            stats: Mutex::new(LlmStats::default()),
+            stats: LlmCounters::default(),
         }
-    }
-
-    fn record(&self, f: impl FnOnce(&mut LlmStats)) {
-        f(&mut self.stats.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     fn ask(&self, call: &Call<'_>, messages: &[ChatMessage]) -> Result<(String, u64, u64), LlmError> {
@@ -104,18 +99,14 @@ impl Llm for JsLlm {
     }
 
     fn chat(&self, call: &Call<'_>, messages: &[ChatMessage]) -> Result<String, LlmError> {
-        let t0 = web_time::Instant::now();
-        let res = self.ask(call, messages);
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
-        self.record(|s| s.count(call.role, ms, res.as_ref().ok().map(|(_, p, c)| (*p, *c))));
-        res.map(|(text, _, _)| text)
+        self.stats.count(call.role, || self.ask(call, messages))
     }
 
     fn stats(&self) -> LlmStats {
-        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.stats.snapshot()
     }
 
     fn note_json(&self, role: &str, outcome: JsonOutcome) {
-        self.record(|s| s.note(role, outcome));
+        self.stats.record(|s| s.note(role, outcome));
     }
 }

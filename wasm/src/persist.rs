@@ -60,6 +60,7 @@ fn check_name(name: &str) -> Result<(), JsValue> {
 }
 
 /// Where saved bytes go.
+#[derive(Clone)]
 enum Backend {
     /// OPFS: a directory handle of our folder.
     Opfs(JsValue),
@@ -70,20 +71,16 @@ enum Backend {
 thread_local! {
     /// The backend found first, kept for the page's life (opening it again
     /// for every call would cost a round trip each).
-    static FOUND: std::cell::RefCell<Option<(bool, JsValue)>> = const { std::cell::RefCell::new(None) };
+    static FOUND: std::cell::RefCell<Option<Backend>> = const { std::cell::RefCell::new(None) };
 }
 
 /// [`find_backend`], once.
 async fn backend() -> Result<Backend, JsValue> {
-    if let Some((opfs, v)) = FOUND.with(|f| f.borrow().clone()) {
-        return Ok(if opfs { Backend::Opfs(v) } else { Backend::Idb(v) });
+    if let Some(b) = FOUND.with(|f| f.borrow().clone()) {
+        return Ok(b);
     }
     let b = find_backend().await?;
-    let kept = match &b {
-        Backend::Opfs(v) => (true, v.clone()),
-        Backend::Idb(v) => (false, v.clone()),
-    };
-    FOUND.with(|f| *f.borrow_mut() = Some(kept));
+    FOUND.with(|f| *f.borrow_mut() = Some(b.clone()));
     Ok(b)
 }
 
@@ -283,8 +280,8 @@ pub async fn storage_backend() -> JsValue {
 #[wasm_bindgen(js_name = useStorage)]
 pub async fn use_storage(kind: String) -> Result<(), JsValue> {
     let chosen = match kind.as_str() {
-        "opfs" => (true, opfs().await?),
-        "indexeddb" => (false, idb().await?),
+        "opfs" => opfs().await?.map(Backend::Opfs),
+        "indexeddb" => idb().await?.map(Backend::Idb),
         "auto" => {
             FOUND.with(|f| *f.borrow_mut() = None);
             return backend().await.map(|_| ());
@@ -295,13 +292,9 @@ pub async fn use_storage(kind: String) -> Result<(), JsValue> {
             )));
         }
     };
-    match chosen {
-        (opfs, Some(v)) => {
-            FOUND.with(|f| *f.borrow_mut() = Some((opfs, v)));
-            Ok(())
-        }
-        (_, None) => Err(err(format!("{kind} is not available in this context"))),
-    }
+    let b = chosen.ok_or_else(|| err(format!("{kind} is not available in this context")))?;
+    FOUND.with(|f| *f.borrow_mut() = Some(b));
+    Ok(())
 }
 
 /// The names of the indexes and memories saved in this origin's storage

@@ -40,7 +40,7 @@ export async function serve(mounts) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Starts ChromeDriver and a headless Chromium session; resolves to
-// { run(script, ...args), open(url), waitFor(script, timeoutS), close() }.
+// { run(script, ...args), waitFor(script, timeoutS), visit(url, timeoutS), close() }.
 export async function chromium({ binary = "/usr/bin/chromium", driver = "/usr/bin/chromedriver", webgpu = false } = {}) {
   const port = 9515 + Math.floor(Math.random() * 400);
   const proc = spawn(driver, [`--port=${port}`], { stdio: "ignore" });
@@ -77,7 +77,6 @@ export async function chromium({ binary = "/usr/bin/chromium", driver = "/usr/bi
   const run = (script, ...args) => call("POST", `/session/${session}/execute/sync`, { script, args });
   return {
     run,
-    open: (url) => call("POST", `/session/${session}/url`, { url }),
     // Polls `script` until it returns something other than null; resolves
     // to that, or null after `timeoutS` seconds.
     async waitFor(script, timeoutS) {
@@ -88,6 +87,15 @@ export async function chromium({ binary = "/usr/bin/chromium", driver = "/usr/bi
         await sleep(500);
       }
       return null;
+    },
+    // Opens `url` and waits up to `timeoutS` for the page's body[data-status];
+    // resolves to { status (null on timeout), out: the JSON the page left in
+    // <pre id="results"> }.
+    async visit(url, timeoutS) {
+      await call("POST", `/session/${session}/url`, { url });
+      const status = await this.waitFor("return document.body.dataset.status || null", timeoutS);
+      const out = JSON.parse((await run("return document.getElementById('results').textContent || '{}'")) || "{}");
+      return { status, out };
     },
     async close() {
       await call("DELETE", `/session/${session}`).catch(() => {});
@@ -108,9 +116,7 @@ export async function runPage({ mounts, path, timeoutS, binary, driver, webgpu =
   let code = 1;
   try {
     browser = await chromium({ binary, driver, webgpu });
-    await browser.open(`http://127.0.0.1:${server.port}${path}`);
-    const status = await browser.waitFor("return document.body.dataset.status || null", timeoutS);
-    const out = JSON.parse((await browser.run("return document.getElementById('results').textContent || '{}'")) || "{}");
+    const { status, out } = await browser.visit(`http://127.0.0.1:${server.port}${path}`, timeoutS);
     const problems = status === "done" ? [] : [`page status ${status ?? "timeout"}: ${out.error ?? ""}`];
     problems.push(...(await check(out, browser, `http://127.0.0.1:${server.port}`)));
     if (problems.length) console.error("FAILED: " + problems.join("; "));

@@ -65,9 +65,7 @@ const code = await runPage({
   if (!(Math.abs(t.count_before - 16) <= 4)) problems.push(`the token estimate ${t.count_before} is far from 16`);
   if (out.core_package?.top !== 7 || out.core_package?.has_memory !== false) problems.push(`the index-only package (pkg-core) misbehaved: ${JSON.stringify(out.core_package)}`);
   // A new visit to the page finds the memory in storage (OPFS) and answers alike.
-  await browser.open(`${origin}/www/index.html?restore=1`);
-  const restoreStatus = await browser.waitFor("return document.body.dataset.status || null", 120);
-  const restored = JSON.parse((await browser.run("return document.getElementById('results').textContent || '{}'")) || "{}");
+  const { status: restoreStatus, out: restored } = await browser.visit(`${origin}/www/index.html?restore=1`, 120);
   out.reload = restored;
   if (restoreStatus !== "done") problems.push(`the reloaded page failed: ${restored.error ?? restoreStatus}`);
   else {

@@ -51,7 +51,9 @@ pub use error::{MemoryError, Result};
 pub use eval::{locomo, metrics};
 pub use graph::Triple;
 pub use hema::{Hema, HemaConfig};
-pub use llm::{Call, ChatMessage, JsonMode, JsonOutcome, Llm, LlmError, LlmStats, RoleStats, ask_json, schema};
+pub use llm::{
+    Call, ChatMessage, JsonMode, JsonOutcome, Llm, LlmCounters, LlmError, LlmStats, RoleStats, ask_json, schema,
+};
 #[cfg(feature = "http")]
 pub use llm::{ChatConfig, OpenAiChat};
 pub use memory::{Found, IndexImages, MAX_SEARCH_DEPTH, Memory, PipelineKind};

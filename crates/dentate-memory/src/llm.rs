@@ -10,11 +10,9 @@ use serde_json::Value;
 #[cfg(feature = "http")]
 use serde_json::json;
 use std::collections::BTreeMap;
-#[cfg(feature = "http")]
 use std::sync::Mutex;
 #[cfg(feature = "http")]
 use std::time::Duration;
-#[cfg(feature = "http")]
 use web_time::Instant;
 
 /// Errors of a language-model call.
@@ -478,6 +476,39 @@ pub trait Llm: Send + Sync {
     fn note_json(&self, _role: &str, _outcome: JsonOutcome) {}
 }
 
+/// The counters a client keeps for [`Llm::stats`] and [`Llm::note_json`]:
+/// [`LlmStats`] behind one lock, so every client (the HTTP one, the
+/// browser's JavaScript one) counts its calls the same way.
+#[derive(Debug, Default)]
+pub struct LlmCounters(Mutex<LlmStats>);
+
+impl LlmCounters {
+    /// Changes the counters.
+    pub fn record(&self, f: impl FnOnce(&mut LlmStats)) {
+        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Reads the counters.
+    pub fn read<T>(&self, f: impl FnOnce(&LlmStats) -> T) -> T {
+        f(&self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// A copy of the counters ([`Llm::stats`]).
+    pub fn snapshot(&self) -> LlmStats {
+        self.read(LlmStats::clone)
+    }
+
+    /// Runs one call of `role`, timed and counted: `call` gives the answer
+    /// with its prompt and completion tokens, or the error (a failure).
+    pub fn count<T>(&self, role: &str, call: impl FnOnce() -> Result<(T, u64, u64), LlmError>) -> Result<T, LlmError> {
+        let t0 = Instant::now();
+        let res = call();
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        self.record(|s| s.count(role, ms, res.as_ref().ok().map(|(_, p, c)| (*p, *c))));
+        res.map(|(answer, _, _)| answer)
+    }
+}
+
 /// The JSON object in a model's answer: the whole text, the body of a
 /// single Markdown code fence around it, or, when the model wrote prose
 /// around it (as the LLM-as-judge prompt invites), the one balanced
@@ -688,7 +719,7 @@ pub struct OpenAiChat {
     cfg: ChatConfig,
     url: String,
     client: JsonClient,
-    stats: Mutex<LlmStats>,
+    stats: LlmCounters,
 }
 
 #[cfg(feature = "http")]
@@ -716,13 +747,8 @@ impl OpenAiChat {
             client: JsonClient::new(cfg.retry.clone()),
             cfg,
             url,
-            stats: Mutex::new(LlmStats::default()),
+            stats: LlmCounters::default(),
         })
-    }
-
-    fn record(&self, f: impl FnOnce(&mut LlmStats)) {
-        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut s);
     }
 
     fn parse(&self, text: &str) -> Result<(String, u64, u64), LlmError> {
@@ -782,11 +808,7 @@ impl OpenAiChat {
     /// (for the rest of the session) each time the server refuses one.
     fn send_json(&self, msgs: &[Value], role: &str, schema: &Value) -> Result<(String, u64, u64), LlmError> {
         let mut mode = if self.cfg.structured_outputs {
-            self.stats
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .json_mode
-                .unwrap_or(JsonMode::Schema)
+            self.stats.read(|s| s.json_mode).unwrap_or(JsonMode::Schema)
         } else {
             JsonMode::Object
         };
@@ -794,11 +816,11 @@ impl OpenAiChat {
             match (self.send(msgs, mode.format(role, schema)), mode.next()) {
                 (Err(LlmError::Http { status, body, .. }), Some(next)) if format_refused(status, &body) => {
                     mode = next;
-                    self.record(|s| s.json_mode = Some(mode));
+                    self.stats.record(|s| s.json_mode = Some(mode));
                 }
                 (res, _) => {
                     if res.is_ok() {
-                        self.record(|s| {
+                        self.stats.record(|s| {
                             s.json_mode.get_or_insert(mode);
                         });
                     }
@@ -830,22 +852,18 @@ impl Llm for OpenAiChat {
             .iter()
             .map(|m| json!({"role": m.role, "content": m.content}))
             .collect();
-        let t0 = Instant::now();
-        let res = match call.schema {
+        self.stats.count(call.role, || match call.schema {
             Some(schema) => self.send_json(&msgs, call.role, schema),
             None => self.send(&msgs, None),
-        };
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
-        self.record(|s| s.count(call.role, ms, res.as_ref().ok().map(|(_, p, c)| (*p, *c))));
-        res.map(|(content, _, _)| content)
+        })
     }
 
     fn stats(&self) -> LlmStats {
-        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.stats.snapshot()
     }
 
     fn note_json(&self, role: &str, outcome: JsonOutcome) {
-        self.record(|s| s.note(role, outcome));
+        self.stats.record(|s| s.note(role, outcome));
     }
 }
 

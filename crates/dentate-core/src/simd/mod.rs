@@ -134,17 +134,20 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_with(Isa::active(), a, b)
 }
 
-fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
+/// The portable inner product of `a` (widened to f32) with `b`: eight
+/// independent partial sums the compiler can vectorise, then the tail.
+#[inline(always)]
+fn dot_scalar<T: Copy + Into<f32>>(a: &[T], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let chunks = a.len() / 8;
     for c in 0..chunks {
         for l in 0..8 {
-            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+            acc[l] += a[c * 8 + l].into() * b[c * 8 + l];
         }
     }
     let mut s: f32 = acc.iter().sum();
     for i in chunks * 8..a.len() {
-        s += a[i] * b[i];
+        s += a[i].into() * b[i];
     }
     s
 }
@@ -189,20 +192,7 @@ pub fn dot_u8_with(isa: Isa, a: &[u8], b: &[f32]) -> f32 {
         Isa::Neon => unsafe { arm::dot_u8_neon(a, b) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Isa::Simd128 => wasm::dot_u8_simd128(a, b),
-        _ => {
-            let mut acc = [0f32; 8];
-            let (chunks, rest) = a.as_chunks::<8>();
-            for (c, w) in chunks.iter().zip(b.chunks_exact(8)) {
-                for l in 0..8 {
-                    acc[l] += f32::from(c[l]) * w[l];
-                }
-            }
-            let mut s: f32 = acc.iter().sum();
-            for (x, y) in rest.iter().zip(&b[chunks.len() * 8..]) {
-                s += f32::from(*x) * y;
-            }
-            s
-        }
+        _ => dot_scalar(a, b),
     }
 }
 

@@ -105,13 +105,15 @@ DENTATE_FUZZ_BUILD=dev fuzz/run.sh "${DENTATE_FUZZ_SECONDS:-5}"
 # API tests under Node and in headless Chromium, the WebGPU tests in Chromium
 # with WebGPU on (SwiftShader), checks that index files cross between wasm
 # and the native CLI both ways, and loads the demo page (CPU and WebGPU, on
-# synthetic clusters and on real sentence embeddings).
+# synthetic clusters and on real sentence embeddings), and the threaded
+# build (pkg-threads: a rayon pool on Web Workers) against the default one.
 # wasm-bindgen drops DWARF from the modules, so the release profile's debug
 # info would only cost build time here.
 export CARGO_PROFILE_RELEASE_DEBUG=false
 wasm/build
 cargo clippy -p dentate-wasm --target wasm32-unknown-unknown --release --all-targets -- -D warnings
 cargo clippy -p dentate-wasm --target wasm32-unknown-unknown --release --all-targets --features webgpu -- -D warnings
+cargo clippy -p dentate-wasm --target wasm32-unknown-unknown --release --all-targets --no-default-features --features threads -- -D warnings
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner
 cargo test -p dentate-wasm --target wasm32-unknown-unknown --release
 WASM_BINDGEN_USE_BROWSER=1 CHROMEDRIVER=$(command -v chromedriver) \
@@ -130,3 +132,5 @@ rustup component list --installed 2>/dev/null | grep -q '^rust-docs' || rustup c
 realdata="${CARGO_TARGET_DIR:-target}/bench-data/rustdocs-hash-20k"
 "${CARGO_TARGET_DIR:-target}/debug/dentate" data rustdocs --embedder hash --n 20000 --queries 100 --out "$realdata"
 node wasm/www/check.mjs --data "$realdata" --nq 100 --min-recall 0.9
+# Two threads train the same index byte for byte and answer alike.
+node wasm/www/threads.mjs --threads 2 --data "$realdata"

@@ -9,14 +9,17 @@
 //! - [`LexicalIndex`] and [`hybrid_search`]: BM25 beside the vectors, fused
 //!   with the dense ranking.
 //! - [`HashingEmbedder`]: the zero-download text embedder.
-//! - [`WebGpu`] (feature `webgpu`): the compute shaders on `navigator.gpu`;
+//! - `WebGpu` (feature `webgpu`): the compute shaders on `navigator.gpu`;
 //!   `VectorIndex.searchGpu` runs exact and IVF-PQ searches there.
-//! - [`AgentMemory`] (feature `memory`): HEMA, Nemori, Amory, PREMem or the RAG baseline
+//! - `AgentMemory` (feature `memory`): HEMA, Nemori, Amory, PREMem or the RAG baseline
 //!   over an in-memory SQLite store, snapshotted to a `Uint8Array` (for
 //!   IndexedDB) and restored from one.
 //! - `saveTo(name)` / `loadFrom(name)` on both, [`list_saved`],
 //!   [`remove_saved`]: the page's own storage (OPFS, or IndexedDB where
 //!   OPFS cannot write), kept across reloads.
+//! - `initThreads` (feature `threads`, the `pkg-threads` build with wasm
+//!   threads): a rayon pool on Web Workers for training and batch search,
+//!   started from inside a dedicated Worker.
 //!
 //! Errors are thrown as JavaScript `Error`s named `DentateError` whose
 //! message says what is wrong. The CPU kernels use wasm `simd128` when the
@@ -38,6 +41,8 @@ mod llm;
 #[cfg(feature = "memory")]
 mod memory;
 mod persist;
+#[cfg(feature = "threads")]
+mod threads;
 
 pub use embed::HashingEmbedder;
 #[cfg(feature = "webgpu")]
@@ -47,6 +52,8 @@ pub use lexical::{LexicalIndex, hybrid_search};
 #[cfg(feature = "memory")]
 pub use memory::{AgentMemory, count_tokens, load_vocabulary, tokens_exact};
 pub use persist::{list_saved, remove_saved, storage_backend, use_storage};
+#[cfg(feature = "threads")]
+pub use threads::{init_threads, threads};
 
 use wasm_bindgen::prelude::*;
 

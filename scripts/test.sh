@@ -132,5 +132,6 @@ rustup component list --installed 2>/dev/null | grep -q '^rust-docs' || rustup c
 realdata="${CARGO_TARGET_DIR:-target}/bench-data/rustdocs-hash-20k"
 "${CARGO_TARGET_DIR:-target}/debug/dentate" data rustdocs --embedder hash --n 20000 --queries 100 --out "$realdata"
 node wasm/www/check.mjs --data "$realdata" --nq 100 --min-recall 0.9
-# Two threads train the same index byte for byte and answer alike.
-node wasm/www/threads.mjs --threads 2 --data "$realdata"
+# A pool of the machine's cores trains the same index byte for byte and
+# answers alike.
+node wasm/www/threads.mjs --data "$realdata"

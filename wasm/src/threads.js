@@ -11,6 +11,10 @@ export function crossOriginIsolated() {
   return globalThis.crossOriginIsolated === true;
 }
 
+export function hardwareConcurrency() {
+  return globalThis.navigator?.hardwareConcurrency || 1;
+}
+
 // Starts `count` pool Workers on the module and its shared memory; resolves
 // once each has instantiated the module and waits for its rayon thread
 // (threads.rs then builds the pool, which hands them their threads).

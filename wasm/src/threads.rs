@@ -54,6 +54,8 @@ extern "C" {
     fn in_worker() -> bool;
     #[wasm_bindgen(js_name = crossOriginIsolated)]
     fn cross_origin_isolated() -> bool;
+    #[wasm_bindgen(js_name = hardwareConcurrency)]
+    fn hardware_concurrency() -> usize;
     #[wasm_bindgen(js_name = startWorkers)]
     fn start_workers(module: JsValue, memory: JsValue, count: usize) -> js_sys::Promise;
 }
@@ -113,13 +115,15 @@ fn build_pool(threads: usize) -> Result<(), JsValue> {
 }
 
 /// Starts a pool of `threads` threads (this Worker and `threads − 1` new
-/// Workers) for training and batch searches; resolves to the pool's size
-/// once every Worker runs. Call it once, before anything else that
+/// Workers; omitted: `navigator.hardwareConcurrency`, at most 256) for
+/// training and batch searches; resolves to the pool's size once every
+/// Worker runs. Call it once, before anything else that
 /// computes (the pool cannot be resized or replaced). Throws on the page's
 /// main thread, on a page that is not cross-origin isolated, and in a
 /// module built without threads.
 #[wasm_bindgen(js_name = initThreads)]
-pub fn init_threads(threads: usize) -> Result<js_sys::Promise, JsValue> {
+pub fn init_threads(threads: Option<usize>) -> Result<js_sys::Promise, JsValue> {
+    let threads = threads.unwrap_or_else(|| hardware_concurrency().clamp(1, MAX_THREADS));
     if let Some(why) = refusal(threads) {
         return Err(err(why));
     }

@@ -1,11 +1,12 @@
 // A dedicated Worker that trains and batch-searches with one Dentate
 // package, for wasm/www/threads.html. The page posts
 //   { pkg: "../pkg-threads/dentate_wasm.js" | "../pkg-core/dentate_wasm.js",
-//     threads: T, base, queries, dim, nlist, m, k, nprobe }
+//     threads: T | "cores", base, queries, dim, nlist, m, k, nprobe }
 // and gets back timings, the pool's size, and fingerprints of the trained
-// index (its saved bytes) and of the batch answers. With T > 1 the worker
-// starts a pool with initThreads(T) first (pkg-threads only); with T = 1 it
-// stays single-threaded.
+// index (its saved bytes) and of the batch answers. Unless T is 1 the
+// worker starts a pool first (pkg-threads only): initThreads(T), or
+// initThreads() for "cores" (navigator.hardwareConcurrency threads); with
+// T = 1 it stays single-threaded.
 const fnv = (bytes) => {
   let h = 0x811c9dc5;
   for (let i = 0; i < bytes.length; i++) h = Math.imul(h ^ bytes[i], 0x01000193) >>> 0;
@@ -18,16 +19,17 @@ self.onmessage = async ({ data: job }) => {
     await dentate.default();
     const out = { pkg: job.pkg, requested: job.threads, threads_before: dentate.threads?.() ?? 1 };
     const say = (progress) => postMessage({ progress });
-    if (job.threads > 1) {
+    if (job.threads !== 1) {
       say(`starting ${job.threads} threads`);
-      out.pool = await dentate.initThreads(job.threads);
+      // The machine's cores when the page asks for no number.
+      out.pool = await dentate.initThreads(job.threads === "cores" ? undefined : job.threads);
     }
     say("training");
     out.threads = dentate.threads?.() ?? 1;
     // What a second start, or a pool of none, says.
     if (dentate.initThreads) {
       const refused = (n) => { try { dentate.initThreads(n); return "accepted"; } catch (e) { return e.message; } };
-      out.refusals = { zero: refused(0), again: job.threads > 1 ? refused(2) : null };
+      out.refusals = { zero: refused(0), again: job.threads !== 1 ? refused(2) : null };
     }
     const { dim, nlist, m, k, nprobe } = job;
     const base = new Float32Array(job.base);

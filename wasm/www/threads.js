@@ -1,5 +1,6 @@
 // The page of wasm/www/threads.html. Query parameters: n, dim, nq (the
-// synthetic set's size), threads (the pool, default the machine's cores),
+// synthetic set's size), threads (the pool; without it initThreads() picks
+// navigator.hardwareConcurrency),
 // data=URL/ (real embeddings in URL/{base,queries}.fvecs instead). Writes
 // its results as JSON into <pre id="results"> and sets body[data-status]
 // ("done" or "error"), which wasm/www/threads.mjs reads.
@@ -28,7 +29,7 @@ function inWorker(job) {
 
 const results = { isolated: globalThis.crossOriginIsolated, cores: navigator.hardwareConcurrency };
 try {
-  const threads = +(params.get("threads") ?? Math.max(2, navigator.hardwareConcurrency || 2));
+  const threads = params.get("threads") ? +params.get("threads") : "cores";
   let base, queries, dim, source;
   if (params.get("data")) {
     const url = params.get("data");
@@ -55,7 +56,7 @@ try {
   // The pool refuses the page's main thread with a typed error.
   const t = await import("../pkg-threads/dentate_wasm.js");
   await t.default();
-  try { t.initThreads(threads); results.main_thread = "accepted"; } catch (e) { results.main_thread = `${e.name}: ${e.message}`; }
+  try { t.initThreads(2); results.main_thread = "accepted"; } catch (e) { results.main_thread = `${e.name}: ${e.message}`; }
 
   log(`pkg-core, 1 thread…`);
   results.core = await inWorker({ ...job, pkg: "../pkg-core/dentate_wasm.js", threads: 1 });

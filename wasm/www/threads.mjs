@@ -1,13 +1,14 @@
 // Checks the multi-threaded build (wasm/pkg-threads) in headless Chromium:
 // wasm/www/threads.html trains and batch-searches in Workers with pkg-core,
 // with pkg-threads alone and with pkg-threads on a pool of --threads
-// Workers. Fails unless the page is cross-origin isolated, the pool has the
+// Workers (without --threads: initThreads() with no number, which takes
+// navigator.hardwareConcurrency). Fails unless the page is cross-origin isolated, the pool has the
 // size asked for, initThreads refuses the page's main thread, and all three
 // runs train the same index (byte for byte) and give the same answers.
 // Prints what the page measured (times, and speed-ups of the pool over one
 // thread) as JSON.
 //
-//   node wasm/www/threads.mjs [--threads 2] [--n 20000] [--dim 128] [--nq 500]
+//   node wasm/www/threads.mjs [--threads N] [--n 20000] [--dim 128] [--nq 500]
 //                             [--data DIR] [--timeout 600]
 //
 // Needs wasm/pkg-core and wasm/pkg-threads (wasm/build).
@@ -16,10 +17,11 @@ import { fileURLToPath } from "node:url";
 import { cliArgs, runPage } from "./browser.mjs";
 
 const args = cliArgs();
-const threads = +(args.threads ?? 2);
+const threads = args.threads === undefined ? null : +args.threads;
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const data = args.data ? resolve(args.data) : null;
-const query = new URLSearchParams({ threads, n: args.n ?? 20000, dim: args.dim ?? 128, nq: args.nq ?? 500 });
+const query = new URLSearchParams({ n: args.n ?? 20000, dim: args.dim ?? 128, nq: args.nq ?? 500 });
+if (threads !== null) query.set("threads", threads);
 if (data) query.set("data", "/data/");
 
 const code = await runPage({
@@ -35,7 +37,8 @@ const code = await runPage({
   const { core, single, pool } = out;
   if (core && single && pool) {
     if (core.threads !== 1 || single.threads !== 1) problems.push(`single-threaded runs had ${core.threads} and ${single.threads} threads`);
-    if (pool.threads_before !== 1 || pool.pool !== threads || pool.threads !== threads) problems.push(`the pool: before ${pool.threads_before}, started ${pool.pool}, running ${pool.threads}; asked for ${threads}`);
+    const want = threads ?? out.cores;
+    if (pool.threads_before !== 1 || pool.pool !== want || pool.threads !== want) problems.push(`the pool: before ${pool.threads_before}, started ${pool.pool}, running ${pool.threads}; asked for ${threads ?? "the cores"} (${want})`);
     for (const key of ["index_fnv", "answers_fnv", "scores_fnv", "exact_fnv"]) {
       if (new Set([core[key], single[key], pool[key]]).size !== 1) problems.push(`${key} differs: core ${core[key]}, one thread ${single[key]}, pool ${pool[key]}`);
     }

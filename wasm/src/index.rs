@@ -115,8 +115,11 @@ impl VectorIndex {
     }
 
     /// An IVF-PQ index: `nlist` inverted lists, `m` sub-quantizers (must
-    /// divide `dim`) of 8-bit codes, exact re-ranking from stored f16
-    /// vectors. Options: `opq` (learn a rotation first, default false),
+    /// divide `dim`) of 8-bit codes, re-ranking from stored vectors.
+    /// Options: `rerankStore` (how the vectors are kept for re-ranking:
+    /// `"sq8"`, 8-bit scalar-quantized, the browser's default — a quarter
+    /// of the f32 bytes and the fastest re-rank in wasm —, `"f16"`, `"f32"`
+    /// or `"none"`: no re-ranking), `opq` (learn a rotation first, default false),
     /// `nprobe` (default 16), `rerank` (re-rank factor, default 4),
     /// `iterations` (Lloyd iterations of the coarse and PQ k-means, default
     /// 25). Call `train` before `add`.
@@ -128,8 +131,8 @@ impl VectorIndex {
     /// A 4-bit fast-scan index: `nlist` inverted lists (1 = flat fast-scan,
     /// every query scans every code), `m` sub-quantizers of 16 centroids
     /// (must divide `dim`; `m / 2` bytes per vector), codes in blocks of 32
-    /// scanned with `i8x16.swizzle` table lookups, then exact re-ranking
-    /// from stored f16 vectors. The same options as `ivfPq` (defaults:
+    /// scanned with `i8x16.swizzle` table lookups, then re-ranking from
+    /// stored vectors (8-bit by default). The same options as `ivfPq` (defaults:
     /// `rerank` 10, `iterations` 10). Call `train` before `add`.
     #[wasm_bindgen(js_name = fastScan)]
     pub fn fast_scan(dim: usize, nlist: usize, m: usize, options: JsValue) -> Result<VectorIndex, JsValue> {
@@ -340,6 +343,10 @@ impl VectorIndex {
     fn ivf(dim: usize, mut cfg: IvfPqConfig, options: &JsValue) -> Result<VectorIndex, JsValue> {
         check_dim(dim)?;
         cfg = cfg.opq(get_bool(options, "opq")?.unwrap_or(false));
+        // The browser's store: 8-bit rows re-rank faster than f16 ones in
+        // wasm, which has no half-precision conversion, at 0.56× the
+        // index bytes (BENCHMARKS.md, "On real sentence embeddings").
+        cfg.rerank_store = Some(StoreFormat::Sq8);
         if let Some(n) = get_usize(options, "nprobe")? {
             cfg.nprobe = n;
         }

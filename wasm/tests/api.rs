@@ -481,7 +481,8 @@ fn rerank_store_option_and_stage_profile() {
     let mut f32s = VectorIndex::fast_scan(dim, 8, 8, store("f32")).unwrap();
     let mut none = VectorIndex::fast_scan(dim, 8, 8, store("none")).unwrap();
     let mut sq8 = VectorIndex::fast_scan(dim, 8, 8, store("sq8")).unwrap();
-    for idx in [&mut f16, &mut f32s, &mut none, &mut sq8] {
+    let mut default = VectorIndex::fast_scan(dim, 8, 8, JsValue::UNDEFINED).unwrap();
+    for idx in [&mut f16, &mut f32s, &mut none, &mut sq8, &mut default] {
         idx.train(&data).unwrap();
         idx.add(ids(0..n as u32), &data).unwrap();
     }
@@ -502,6 +503,8 @@ fn rerank_store_option_and_stage_profile() {
         f16.search_with(q, 1, 8, 4).unwrap().ids()
     );
     assert_eq!(none.search(q, 5).unwrap().counts().to_vec(), vec![5]);
+    // The browser's default store is the 8-bit one, byte for byte.
+    assert_eq!(default.save(), sq8.save());
     assert!(message(VectorIndex::fast_scan(dim, 8, 8, store("f8")).unwrap_err()).contains("rerankStore"));
 
     // The profile names each stage in milliseconds; the stages fit in the total.

@@ -29,10 +29,11 @@ use crate::convert::err;
 /// this; a larger number is a caller's mistake, not a request).
 const MAX_THREADS: usize = 256;
 
-/// The pool's size once `initThreads` has started it; 0 before, and
-/// `STARTING` while it starts.
+/// The pool's size once `initThreads` has started it; 0 before,
+/// `STARTING` while it starts, `FAILED` after a start that failed.
 static POOL: AtomicUsize = AtomicUsize::new(0);
 const STARTING: usize = usize::MAX;
+const FAILED: usize = usize::MAX - 1;
 
 /// What the spawn handler hands the waiting Workers.
 struct Handoff {
@@ -86,7 +87,7 @@ fn refusal(threads: usize) -> Option<String> {
 }
 
 /// Builds rayon's global pool on the Workers already waiting in
-/// [`run_worker`]; on failure releases them.
+/// [`run_worker`].
 fn build_pool(threads: usize) -> Result<(), JsValue> {
     let built = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -102,16 +103,20 @@ fn build_pool(threads: usize) -> Result<(), JsValue> {
             Ok(())
         })
         .build_global();
-    if let Err(e) = built {
-        if let Ok(mut h) = HANDOFF.lock() {
-            h.abandoned = true;
-        }
-        ARRIVED.notify_all();
-        return Err(err(format!(
+    built.map_err(|e| {
+        err(format!(
             "cannot start the thread pool (initThreads runs once, before any training or search): {e}"
-        )));
+        ))
+    })
+}
+
+/// Releases the Workers waiting in [`run_worker`] (they return and
+/// close): the pool will not be built.
+fn abandon() {
+    if let Ok(mut h) = HANDOFF.lock() {
+        h.abandoned = true;
     }
-    Ok(())
+    ARRIVED.notify_all();
 }
 
 /// Starts a pool of `threads` threads (this Worker and `threads − 1` new
@@ -127,20 +132,33 @@ pub fn init_threads(threads: Option<usize>) -> Result<js_sys::Promise, JsValue> 
     if let Some(why) = refusal(threads) {
         return Err(err(why));
     }
-    if POOL
-        .compare_exchange(0, STARTING, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return Err(err("initThreads runs once: a pool is started or starting"));
+    match POOL.compare_exchange(0, STARTING, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {}
+        Err(FAILED) => {
+            return Err(err(
+                "an earlier initThreads failed; this module runs single-threaded (start a new Worker to try again)",
+            ));
+        }
+        Err(_) => return Err(err("initThreads runs once: a pool is started or starting")),
     }
     // The Workers first: rayon's build waits until every thread runs, and
     // a Worker can only start once this one returns to its event loop.
     let workers = start_workers(wasm_bindgen::module(), wasm_bindgen::memory(), threads - 1);
     Ok(wasm_bindgen_futures::future_to_promise(async move {
         let started = wasm_bindgen_futures::JsFuture::from(workers).await;
-        let built = started.and_then(|_| build_pool(threads));
-        POOL.store(if built.is_ok() { threads } else { 0 }, Ordering::Release);
-        built.map(|()| JsValue::from(threads))
+        match started.and_then(|_| build_pool(threads)) {
+            Ok(()) => {
+                POOL.store(threads, Ordering::Release);
+                Ok(JsValue::from(threads))
+            }
+            Err(e) => {
+                // Workers that did start are waiting for a thread: let
+                // them go. Without a pool the module stays single-threaded.
+                abandon();
+                POOL.store(FAILED, Ordering::Release);
+                Err(e)
+            }
+        }
     }))
 }
 
@@ -150,7 +168,7 @@ pub fn init_threads(threads: Option<usize>) -> Result<js_sys::Promise, JsValue> 
 #[wasm_bindgen]
 pub fn threads() -> usize {
     match POOL.load(Ordering::Acquire) {
-        STARTING | 0 => 1,
+        STARTING | FAILED | 0 => 1,
         n => n,
     }
 }

@@ -19,6 +19,17 @@ self.onmessage = async ({ data: job }) => {
     await dentate.default();
     const out = { pkg: job.pkg, requested: job.threads, threads_before: dentate.threads?.() ?? 1 };
     const say = (progress) => postMessage({ progress });
+    if (job.late) {
+      // A pool asked for after the module has computed cannot start; the
+      // Workers it started are let go, and the module goes on alone.
+      const first = dentate.VectorIndex.exact(job.dim, {});
+      first.add(BigUint64Array.from([1n]), new Float32Array(job.queries, 0, job.dim));
+      first.search(new Float32Array(job.queries, 0, job.dim), 1);
+      const attempt = async () => { try { await dentate.initThreads(2); return "accepted"; } catch (e) { return e.message; } };
+      out.late = { first: await attempt(), second: await attempt(), threads: dentate.threads() };
+      postMessage({ ok: out });
+      return;
+    }
     if (job.threads !== 1) {
       say(`starting ${job.threads} threads`);
       // The machine's cores when the page asks for no number.

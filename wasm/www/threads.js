@@ -64,6 +64,8 @@ try {
   results.single = await inWorker({ ...job, pkg: "../pkg-threads/dentate_wasm.js", threads: 1 });
   log(`pkg-threads, ${threads} threads…`);
   results.pool = await inWorker({ ...job, pkg: "../pkg-threads/dentate_wasm.js", threads });
+  log(`pkg-threads, a pool asked for too late…`);
+  results.late = (await inWorker({ ...job, pkg: "../pkg-threads/dentate_wasm.js", threads: 1, late: true })).late;
   results.speedup = {
     train: results.single.train_ms / results.pool.train_ms,
     add: results.single.add_ms / results.pool.add_ms,

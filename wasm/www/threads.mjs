@@ -3,7 +3,8 @@
 // with pkg-threads alone and with pkg-threads on a pool of --threads
 // Workers (without --threads: initThreads() with no number, which takes
 // navigator.hardwareConcurrency). Fails unless the page is cross-origin isolated, the pool has the
-// size asked for, initThreads refuses the page's main thread, and all three
+// size asked for, initThreads refuses the page's main thread (and, after
+// the module has computed, starts nothing and says so), and all three
 // runs train the same index (byte for byte) and give the same answers.
 // Prints what the page measured (times, and speed-ups of the pool over one
 // thread) as JSON.
@@ -44,6 +45,8 @@ const code = await runPage({
     }
     if (!/threads must be 1\.\.=/.test(single.refusals?.zero)) problems.push(`initThreads(0): ${single.refusals?.zero}`);
     if (!/runs once/.test(pool.refusals?.again)) problems.push(`a second initThreads: ${pool.refusals?.again}`);
+    const late = out.late ?? {};
+    if (!/before any training or search/.test(late.first) || !/earlier initThreads failed/.test(late.second) || late.threads !== 1) problems.push(`a pool asked for after computing: ${JSON.stringify(late)}`);
     if (!(pool.recall_at_k >= 0.8)) problems.push(`recall@10 ${pool.recall_at_k}`);
   }
   console.log(JSON.stringify(out, null, 2));

@@ -476,3 +476,118 @@ fn hybrid_search_over_exact_ivfpq_and_fastscan_indexes() {
     let hits = hybrid_search(&empty, &lex, &q, "topic3 colour5", 3, fusion, None).unwrap();
     assert_eq!(hits.len(), 3);
 }
+
+/// A question whose answer shares no word with it, only with the turn the
+/// question matches (a second hop), plus unrelated filler.
+fn two_hop() -> LexicalIndex {
+    let mut idx = LexicalIndex::new();
+    let docs = [
+        (1, "Caroline joined the adoption agency last spring"),
+        (2, "the agency interview went well and the agency called back"),
+        (3, "Melanie painted a sunrise over the lake"),
+        (4, "we went camping by the lake with the kids"),
+        (5, "my pottery class made a bowl"),
+        (6, "the bowl cracked in the kiln"),
+    ];
+    let ids: Vec<u64> = docs.iter().map(|d| d.0).collect();
+    let texts: Vec<&str> = docs.iter().map(|d| d.1).collect();
+    idx.add(&ids, &texts).unwrap();
+    idx
+}
+
+fn feedback(docs: usize, terms: usize, weight: f32) -> dentate::Feedback {
+    dentate::Feedback { docs, terms, weight }
+}
+
+#[test]
+fn feedback_finds_the_second_hop() {
+    let idx = two_hop();
+    let q = "what did Caroline join";
+    // Plain BM25 finds only the turn that names Caroline.
+    assert_eq!(ids_of(&idx.search(q, 10).unwrap()), vec![1]);
+    // Its terms ("adoption", "agency", "last", "spring") bring in the
+    // turn about the agency, below the first; three would stop short of
+    // "agency", the one with the lowest idf.
+    assert_eq!(
+        ids_of(&idx.search_expanded(q, 10, feedback(1, 3, 0.5)).unwrap()),
+        vec![1]
+    );
+    let hits = idx.search_expanded(q, 10, feedback(1, 4, 0.5)).unwrap();
+    assert_eq!(ids_of(&hits)[..2], [1, 2]);
+    assert!(hits[0].score > hits[1].score);
+    assert!(!ids_of(&hits).contains(&3) && !ids_of(&hits).contains(&5));
+    // A weight scales what the added terms give; the query's own terms
+    // still count in full.
+    let weak = idx.search_expanded(q, 10, feedback(1, 4, 0.1)).unwrap();
+    let strong = idx.search_expanded(q, 10, feedback(1, 4, 1.0)).unwrap();
+    assert!(weak[1].score < strong[1].score);
+    let plain = idx.search(q, 10).unwrap()[0].score;
+    assert!(weak[0].score > plain && weak[0].score < strong[0].score);
+}
+
+#[test]
+fn feedback_settings_and_edges_are_checked() {
+    let idx = two_hop();
+    let q = "Caroline";
+    for bad in [
+        feedback(0, 3, 0.5),
+        feedback(3, 0, 0.5),
+        feedback(3, 3, 0.0),
+        feedback(3, 3, f32::NAN),
+        feedback(3, 3, 11.0),
+        feedback(dentate::Feedback::MAX + 1, 3, 0.5),
+    ] {
+        assert!(
+            matches!(idx.search_expanded(q, 5, bad), Err(Error::InvalidParameter { .. })),
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        idx.search_expanded(q, 0, feedback(1, 1, 0.5)),
+        Err(Error::ZeroK)
+    ));
+    // No indexed term, or an empty index: no hits, no error.
+    assert!(
+        idx.search_expanded("zebra quantum", 5, feedback(2, 2, 0.5))
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        LexicalIndex::new()
+            .search_expanded(q, 5, feedback(2, 2, 0.5))
+            .unwrap()
+            .is_empty()
+    );
+    // A huge k is clamped to what matched.
+    assert!(idx.search_expanded(q, usize::MAX, feedback(1, 3, 0.5)).unwrap().len() <= 6);
+}
+
+#[test]
+fn feedback_follows_adds_deletes_compaction_and_files() {
+    let mut idx = two_hop();
+    let q = "what did Caroline join";
+    let fb = feedback(1, 4, 0.5);
+    let before = idx.search_expanded(q, 10, fb).unwrap();
+    // Added after the first feedback search (the terms are extended, not
+    // rebuilt): a new turn about the agency is found through it too.
+    idx.add(&[7], &["the agency sent the adoption papers"]).unwrap();
+    let after = idx.search_expanded(q, 10, fb).unwrap();
+    assert!(ids_of(&after).contains(&7) && ids_of(&after).contains(&2));
+    // A fresh index of the same documents answers identically.
+    let mut fresh = two_hop();
+    fresh.add(&[7], &["the agency sent the adoption papers"]).unwrap();
+    assert_eq!(fresh.search_expanded(q, 10, fb).unwrap(), after);
+    // Deleting the first hop removes what it lent the query.
+    idx.remove(&[1]);
+    let gone = idx.search_expanded(q, 10, fb).unwrap();
+    assert!(gone.is_empty(), "{gone:?}");
+    // Compaction and a save/load round trip change nothing.
+    idx.add(&[1], &["Caroline joined the adoption agency last spring"])
+        .unwrap();
+    let live = idx.search_expanded(q, 10, fb).unwrap();
+    idx.compact();
+    assert_eq!(idx.search_expanded(q, 10, fb).unwrap(), live);
+    let back = LexicalIndex::from_bytes(&idx.to_bytes()).unwrap();
+    assert_eq!(back.search_expanded(q, 10, fb).unwrap(), live);
+    assert_ne!(before, after);
+}

@@ -414,8 +414,8 @@ pub struct LocomoArgs {
     /// pairs: amory.headline, amory.bind, amory.continuity, amory.split,
     /// nemori.sigma_s, premem.continuation (each applies to its own
     /// pipeline); context.session, context.neighbour, context.pool,
-    /// context.snippets (how the context is ranked and packed, every
-    /// pipeline).
+    /// context.snippets, context.feedback (how the context is found, ranked
+    /// and packed, every pipeline; feedback `off` or DOCS:TERMS:WEIGHT).
     #[arg(long)]
     pub set: Option<String>,
     /// Cut the ranked items at these numbers of items, comma-separated

@@ -21,6 +21,7 @@ use crate::vector::Bitset;
 use rust_stemmers::{Algorithm, Stemmer};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::OnceLock;
 use unicode_segmentation::UnicodeSegmentation;
 
 /// English stop words (the list of the Snowball project's English stemmer,
@@ -263,6 +264,85 @@ impl Bm25Params {
     }
 }
 
+/// Pseudo-relevance feedback for [`LexicalIndex::search_expanded`]: the
+/// query is run once, the `docs` best documents are taken as relevant,
+/// and the `terms` terms that weigh most in them (each term's share of a
+/// document's length times its idf, summed over those documents; query
+/// terms excluded) are added to the query with weights up to `weight`
+/// (the best one's, the others in proportion to their score), for a
+/// second, final run. It finds documents that share words with the
+/// question's best matches but not with the question (the second hop of
+/// a multi-hop question).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Feedback {
+    /// Documents of the first run the terms are taken from (≥ 1).
+    pub docs: usize,
+    /// Terms added to the query (≥ 1).
+    pub terms: usize,
+    /// Weight of the best added term, a query term weighing 1 (0–10).
+    pub weight: f32,
+}
+
+impl Feedback {
+    /// Most documents or terms a feedback run takes (a larger number is a
+    /// mistake, not a request).
+    pub const MAX: usize = 1024;
+
+    /// Checks the settings.
+    pub fn check(&self) -> Result<()> {
+        if !(1..=Self::MAX).contains(&self.docs) {
+            return Err(Error::param("docs", format!("must be 1..={}", Self::MAX)));
+        }
+        if !(1..=Self::MAX).contains(&self.terms) {
+            return Err(Error::param("terms", format!("must be 1..={}", Self::MAX)));
+        }
+        if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= 10.0) {
+            return Err(Error::param("weight", "must be in (0, 10]"));
+        }
+        Ok(())
+    }
+}
+
+/// Each row's `(term id, frequency)` pairs, rows in order (the postings
+/// turned around), for feedback: built on the first feedback search,
+/// extended by `add`, dropped by `compact`.
+#[derive(Debug, Default)]
+struct Forward {
+    /// Row `r`'s pairs are `pairs[start[r]..start[r + 1]]`.
+    start: Vec<usize>,
+    pairs: Vec<(u32, u32)>,
+}
+
+impl Forward {
+    fn of(postings: &[Vec<(u32, u32)>], rows: usize) -> Forward {
+        let mut count = vec![0usize; rows + 1];
+        for list in postings {
+            for &(row, _) in list {
+                count[row as usize + 1] += 1;
+            }
+        }
+        for r in 0..rows {
+            count[r + 1] += count[r];
+        }
+        let mut fill = count.clone();
+        let mut pairs = vec![(0u32, 0u32); count[rows]];
+        for (tid, list) in postings.iter().enumerate() {
+            for &(row, tf) in list {
+                pairs[fill[row as usize]] = (tid as u32, tf);
+                fill[row as usize] += 1;
+            }
+        }
+        Forward { start: count, pairs }
+    }
+
+    fn row(&self, row: usize) -> &[(u32, u32)] {
+        match (self.start.get(row), self.start.get(row + 1)) {
+            (Some(&a), Some(&b)) => &self.pairs[a..b],
+            _ => &[],
+        }
+    }
+}
+
 /// An inverted index with BM25 scoring. `Send + Sync`; wrap it in an
 /// `RwLock` for concurrent writers, as with the vector indexes.
 #[derive(Debug)]
@@ -279,6 +359,8 @@ pub struct LexicalIndex {
     pos: HashMap<u64, u32>,
     /// Sum of live documents' lengths.
     live_terms: u64,
+    /// The rows' terms, for feedback (see [`Forward`]).
+    forward: OnceLock<Forward>,
 }
 
 impl Default for LexicalIndex {
@@ -293,6 +375,7 @@ impl Default for LexicalIndex {
             alive: Bitset::new(),
             pos: HashMap::new(),
             live_terms: 0,
+            forward: OnceLock::new(),
         }
     }
 }
@@ -369,6 +452,7 @@ impl LexicalIndex {
             }
             let mut tf: Vec<(&str, u32)> = tf.into_iter().collect();
             tf.sort_unstable();
+            let mut forward = self.forward.get_mut();
             for (t, n) in tf {
                 let next = self.postings.len() as u32;
                 let tid = *self.vocab.entry(t.to_string()).or_insert(next);
@@ -376,6 +460,12 @@ impl LexicalIndex {
                     self.postings.push(Vec::new());
                 }
                 self.postings[tid as usize].push((row, n));
+                if let Some(f) = forward.as_deref_mut() {
+                    f.pairs.push((tid, n));
+                }
+            }
+            if let Some(f) = forward {
+                f.start.push(f.pairs.len());
             }
             let len = terms.len() as u32;
             self.doc_len.push(len);
@@ -426,6 +516,7 @@ impl LexicalIndex {
             self.alive.push(true);
         }
         self.pos = self.ids.iter().enumerate().map(|(r, &id)| (id, r as u32)).collect();
+        self.forward = OnceLock::new();
     }
 
     /// The `k` best live documents for `query` by BM25, best first, ties by
@@ -436,14 +527,90 @@ impl LexicalIndex {
         if k == 0 {
             return Err(Error::ZeroK);
         }
-        let n = self.len();
-        if n == 0 {
-            return Ok(Vec::new());
+        let weighted: Vec<(u32, f32)> = self.query_terms(query).into_iter().map(|t| (t, 1.0)).collect();
+        Ok(self.top(&weighted, k))
+    }
+
+    /// [`LexicalIndex::search`] with pseudo-relevance feedback
+    /// ([`Feedback`]): the query, expanded with the terms that weigh most
+    /// in its first run's best documents, run again. The same `k` rule and
+    /// ties; a query with no indexed term gives no hits.
+    pub fn search_expanded(&self, query: &str, k: usize, feedback: Feedback) -> Result<Vec<Hit>> {
+        if k == 0 {
+            return Err(Error::ZeroK);
         }
-        let avgdl = (self.live_terms as f64 / n as f64).max(1e-9);
+        feedback.check()?;
+        let mut weighted: Vec<(u32, f32)> = self.query_terms(query).into_iter().map(|t| (t, 1.0)).collect();
+        let mut query: Vec<u32> = weighted.iter().map(|&(t, _)| t).collect();
+        query.sort_unstable();
+        let first = self.top(&weighted, feedback.docs);
+        if first.is_empty() {
+            return Ok(first);
+        }
+        let forward = self.forward.get_or_init(|| Forward::of(&self.postings, self.ids.len()));
+        // Each candidate term's weight in the first run's best documents.
+        let mut weight: HashMap<u32, f64> = HashMap::new();
+        for hit in &first {
+            let Some(&row) = self.pos.get(&hit.id) else { continue };
+            let dl = f64::from(self.doc_len[row as usize].max(1));
+            for &(tid, tf) in forward.row(row as usize) {
+                if query.binary_search(&tid).is_err() {
+                    *weight.entry(tid).or_insert(0.0) += f64::from(tf) / dl * self.idf(tid);
+                }
+            }
+        }
+        let mut ranked: Vec<(u32, f64)> = weight.into_iter().filter(|&(_, w)| w > 0.0).collect();
+        // Heaviest first; ties by the smaller term id, so runs agree.
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.truncate(feedback.terms);
+        if let Some(&(_, best)) = ranked.first() {
+            weighted.extend(
+                ranked
+                    .iter()
+                    .map(|&(tid, w)| (tid, (f64::from(feedback.weight) * w / best) as f32))
+                    .filter(|&(_, w)| w > 0.0),
+            );
+        }
+        Ok(self.top(&weighted, k))
+    }
+
+    /// The query's indexed terms: analysed, deduplicated, as term ids in
+    /// the order of their text (the order scores are summed in).
+    fn query_terms(&self, query: &str) -> Vec<u32> {
         let mut terms = self.analyzer.terms(query);
         terms.sort_unstable();
         terms.dedup();
+        terms.iter().filter_map(|t| self.vocab.get(t).copied()).collect()
+    }
+
+    /// Live documents containing term `tid`.
+    fn doc_freq(&self, tid: u32) -> usize {
+        let list = &self.postings[tid as usize];
+        if self.tombstones() == 0 {
+            list.len()
+        } else {
+            list.iter().filter(|(r, _)| self.alive.get(*r as usize)).count()
+        }
+    }
+
+    /// BM25's idf of term `tid` over the live documents (0 for a term no
+    /// live document holds).
+    fn idf(&self, tid: u32) -> f64 {
+        let (n, df) = (self.len() as f64, self.doc_freq(tid) as f64);
+        if df == 0.0 {
+            return 0.0;
+        }
+        (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+    }
+
+    /// The `k` best live documents for term ids weighted by positive
+    /// weights, best first, ties by smaller id; no more than matched.
+    fn top(&self, terms: &[(u32, f32)], k: usize) -> Vec<Hit> {
+        let n = self.len();
+        if n == 0 || k == 0 {
+            return Vec::new();
+        }
+        let avgdl = (self.live_terms as f64 / n as f64).max(1e-9);
         let (k1, b) = (f64::from(self.params.k1), f64::from(self.params.b));
         // tf·(k1 + 1) / (tf + k1·(1 − b) + k1·b/avgdl · dl), per posting.
         let (c1, c2) = ((k1 * (1.0 - b)) as f32, (k1 * b / avgdl) as f32);
@@ -453,20 +620,13 @@ impl LexicalIndex {
         // rows touched so the top-k pass visits only those.
         let mut acc = vec![0.0f32; self.ids.len()];
         let mut touched: Vec<u32> = Vec::new();
-        for t in &terms {
-            let Some(&tid) = self.vocab.get(t) else { continue };
-            let list = &self.postings[tid as usize];
-            let df = if clean {
-                list.len()
-            } else {
-                list.iter().filter(|(r, _)| live(*r)).count()
-            };
-            if df == 0 {
+        for &(tid, weight) in terms {
+            let idf = self.idf(tid);
+            if idf == 0.0 || weight.is_nan() || weight <= 0.0 {
                 continue;
             }
-            let idf = (1.0 + (n as f64 - df as f64 + 0.5) / (df as f64 + 0.5)).ln();
-            let w = (idf * (k1 + 1.0)) as f32;
-            for &(row, tf) in list {
+            let w = (idf * (k1 + 1.0) * f64::from(weight)) as f32;
+            for &(row, tf) in &self.postings[tid as usize] {
                 if !live(row) {
                     continue;
                 }
@@ -489,14 +649,18 @@ impl LexicalIndex {
                 row,
             });
         }
-        Ok(top.into_sorted().into_iter().map(|c| c.hit()).collect())
+        top.into_sorted().into_iter().map(|c| c.hit()).collect()
     }
 
     /// Heap bytes (approximate).
     pub fn memory_bytes(&self) -> usize {
         let post: usize = self.postings.iter().map(|p| p.capacity() * 8 + 24).sum();
         let vocab: usize = self.vocab.keys().map(|k| k.len() + 40).sum();
-        post + vocab + self.doc_len.capacity() * 4 + self.ids.capacity() * 8 + self.pos.len() * 16
+        let forward = self
+            .forward
+            .get()
+            .map_or(0, |f| f.start.capacity() * 8 + f.pairs.capacity() * 8);
+        post + vocab + self.doc_len.capacity() * 4 + self.ids.capacity() * 8 + self.pos.len() * 16 + forward
     }
 
     /// Serialises to a file image (vocabulary in term-id order).
@@ -601,6 +765,7 @@ impl LexicalIndex {
             alive,
             pos,
             live_terms,
+            forward: OnceLock::new(),
         })
     }
 

@@ -62,7 +62,7 @@ pub use io::IndexKind;
 pub use ivfpq::{IvfPqConfig, IvfPqIndex, IvfSearchParams, SearchStages};
 pub use kmeans::{ChooseK, Init, KMeans, KMeansConfig, choose_k, silhouette};
 pub use layout::{Floats, Panels, RowMajor};
-pub use lexical::{Bm25Params, LexicalIndex};
+pub use lexical::{Bm25Params, Feedback, LexicalIndex};
 pub use opq::{OpqConfig, OpqRotation};
 pub use pq::{PqTrainConfig, ProductQuantizer};
 pub use salience::{BonusForm, SalienceParams};

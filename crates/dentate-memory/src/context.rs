@@ -167,6 +167,7 @@ mod tests {
             neighbour: 0.0,
             pool: 2.0,
             snippets: None,
+            feedback: None,
         };
         assert_eq!(ids(&rerank(list, &cfg, 4)), [2, 3, 1, 4]);
         assert_eq!(cfg.depth(10), 20);
@@ -189,6 +190,7 @@ mod tests {
             neighbour: 0.3,
             pool: 1.0,
             snippets: None,
+            feedback: None,
         };
         assert_eq!(ids(&rerank(list, &cfg, 3)), [1, 3, 2]);
     }
@@ -225,6 +227,20 @@ mod tests {
         c.set("context.snippets", "5").expect("valid");
         assert_eq!(c.snippets, Some(5));
         c.set("context.snippets", "off").expect("valid");
+        c.set("context.feedback", "3:10:0.3").expect("valid");
+        assert_eq!(
+            c.feedback,
+            Some(dentate_core::Feedback {
+                docs: 3,
+                terms: 10,
+                weight: 0.3
+            })
+        );
+        for bad in ["3:10", "0:10:0.3", "3:10:0", "3:10:0.3:1", "a:b:c", "3:10:nan"] {
+            assert!(c.set("context.feedback", bad).is_err(), "{bad}");
+        }
+        c.set("context.feedback", "off").expect("valid");
+        assert_eq!(c.feedback, None);
         assert_eq!(c.snippets, None);
         assert!(c.set("context.snippets", "-1").is_err());
     }

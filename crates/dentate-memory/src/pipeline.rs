@@ -8,7 +8,7 @@ use crate::store::{Item, Message, Store};
 use crate::time::human_date;
 use crate::tokens;
 use crate::vecmem::{VectorMemory, VectorMemoryConfig};
-use dentate_core::{Fusion, LexicalIndex, SalienceParams, fuse};
+use dentate_core::{Feedback, Fusion, LexicalIndex, SalienceParams, fuse};
 use dentate_embed::Embedder;
 
 /// What a pipeline works with for one user.
@@ -134,6 +134,10 @@ pub struct ContextConfig {
     /// their sentences about the question ([`Packer::focused`]);
     /// `None`: every item whole.
     pub snippets: Option<usize>,
+    /// Pseudo-relevance feedback for the BM25 side of the BM25 and hybrid
+    /// retrievers ([`LexicalIndex::search_expanded`]); `None`: the query
+    /// as asked.
+    pub feedback: Option<Feedback>,
 }
 
 /// The context ranking's defaults: chosen on the tune split of
@@ -144,6 +148,7 @@ pub const DEFAULT_CONTEXT: ContextConfig = ContextConfig {
     neighbour: 0.2,
     pool: 2.0,
     snippets: None,
+    feedback: None,
 };
 
 impl Default for ContextConfig {
@@ -158,16 +163,18 @@ pub const CONTEXT_KEYS: &[&str] = &[
     "context.neighbour",
     "context.pool",
     "context.snippets",
+    "context.feedback",
 ];
 
 impl ContextConfig {
-    /// No re-ranking and no snippets.
+    /// No re-ranking, no snippets, no feedback.
     pub fn off() -> Self {
         ContextConfig {
             session: 0.0,
             neighbour: 0.0,
             pool: 1.0,
             snippets: None,
+            feedback: None,
         }
     }
 
@@ -178,8 +185,20 @@ impl ContextConfig {
 
     /// Sets one of [`CONTEXT_KEYS`] (`context.session=0.3`); a weight must
     /// be finite and in `[0, 10]`, the pool in `[1, 16]`; snippets `off`
-    /// or the number of items kept whole (up to 10,000).
+    /// or the number of items kept whole (up to 10,000); feedback `off` or
+    /// `DOCS:TERMS:WEIGHT` ([`Feedback`], e.g. `3:10:0.3`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        if key == "context.feedback" {
+            self.feedback = match value.trim() {
+                "off" => None,
+                v => Some(parse_feedback(v).ok_or_else(|| {
+                    MemoryError::Invalid(format!(
+                        "bad value `{value}` for `{key}` (off, or DOCS:TERMS:WEIGHT such as 3:10:0.3)"
+                    ))
+                })?),
+            };
+            return Ok(());
+        }
         if key == "context.snippets" {
             self.snippets = match value.trim() {
                 "off" => None,
@@ -225,6 +244,17 @@ impl ContextConfig {
         }
         ((k as f64 * f64::from(self.pool)).ceil() as usize).max(k)
     }
+}
+
+/// `DOCS:TERMS:WEIGHT` as a checked [`Feedback`].
+fn parse_feedback(v: &str) -> Option<Feedback> {
+    let mut parts = v.split(':');
+    let fb = Feedback {
+        docs: parts.next()?.trim().parse().ok()?,
+        terms: parts.next()?.trim().parse().ok()?,
+        weight: parts.next()?.trim().parse().ok()?,
+    };
+    (parts.next().is_none() && fb.check().is_ok()).then_some(fb)
 }
 
 /// A retrieved memory item with its score and provenance.
@@ -519,16 +549,21 @@ impl Vectors {
                 .filter_map(|&(id, score)| u64::try_from(id).ok().map(|id| dentate_core::Hit { id, score }))
                 .collect()
         };
+        let feedback = env.context.feedback;
+        let bm25 = |l: &LexicalIndex, k: usize| match feedback {
+            Some(fb) => l.search_expanded(query, k, fb),
+            None => l.search(query, k),
+        };
         match env.retriever {
             Retriever::Dense => self.get(env)?.search(&q, k),
             Retriever::Bm25 => {
                 embed_query_check(query)?;
-                Ok(to_pairs(self.lexical(env)?.search(query, k)?))
+                Ok(to_pairs(bm25(self.lexical(env)?, k)?))
             }
             Retriever::Hybrid(fusion) => {
                 let depth = dentate_core::candidate_depth(k);
                 let dense = as_hits(&self.get(env)?.search(&q, depth)?);
-                let lexical = self.lexical(env)?.search(query, depth)?;
+                let lexical = bm25(self.lexical(env)?, depth)?;
                 Ok(to_pairs(fuse(&dense, &lexical, fusion, k)?))
             }
         }

@@ -941,3 +941,39 @@ fn erasing_a_source_rebuilds_summarising_state_and_leaves_no_trace() {
         }
     }
 }
+
+#[test]
+fn feedback_reaches_a_turn_that_shares_no_word_with_the_question() {
+    use dentate_memory::{ContextConfig, Retriever};
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = open(dir.path(), "rag");
+    let turns = vec![
+        msg(1, 1, "Ann", "Caroline joined the adoption agency last spring."),
+        msg(1, 2, "Bob", "I painted a sunrise over the lake."),
+        msg(2, 1, "Ann", "The agency interview went well, the agency called back."),
+        msg(2, 2, "Bob", "We went camping with the kids."),
+        msg(3, 1, "Bob", "My pottery class made a bowl."),
+        msg(3, 2, "Bob", "The bowl cracked in the kiln."),
+    ];
+    m.ingest("u", &turns).unwrap();
+    m.set_retriever(Retriever::Bm25);
+    let mut ctx = ContextConfig::off();
+    m.set_context_ranking(ctx);
+    let refs = |m: &mut dentate_memory::Memory| -> Vec<String> {
+        m.retrieve("u", "What did Caroline join?", 5)
+            .unwrap()
+            .into_iter()
+            .flat_map(|h| h.source_refs)
+            .collect()
+    };
+    // The question's words are only in D1:1; the agency turn D2:1 comes
+    // with the words D1:1 lends the query, and nothing else does.
+    let plain = refs(&mut m);
+    assert_eq!(plain, vec!["D1:1"]);
+    ctx.set("context.feedback", "1:4:0.5").unwrap();
+    m.set_context_ranking(ctx);
+    let expanded = refs(&mut m);
+    assert_eq!(expanded.first().map(String::as_str), Some("D1:1"), "{expanded:?}");
+    assert!(expanded.contains(&"D2:1".to_string()), "{expanded:?}");
+    assert!(expanded.iter().all(|r| !r.starts_with("D3")), "{expanded:?}");
+}

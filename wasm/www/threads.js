@@ -1,5 +1,5 @@
 // The page of wasm/www/threads.html. Query parameters: n, dim, nq (the
-// synthetic set's size), threads (the pool; without it initThreads() picks
+// synthetic set's size), nprobe (default an eighth of the lists), threads (the pool; without it initThreads() picks
 // navigator.hardwareConcurrency),
 // data=URL/ (real embeddings in URL/{base,queries}.fvecs instead). Writes
 // its results as JSON into <pre id="results"> and sets body[data-status]
@@ -50,7 +50,8 @@ try {
   }
   const n = base.length / dim;
   const nlist = Math.max(16, Math.round(Math.sqrt(n)));
-  const job = { dim, nlist, m: dim / 4, k: 10, nprobe: Math.max(8, nlist >> 3), base: base.buffer, queries: queries.buffer };
+  const nprobe = +(params.get("nprobe") ?? Math.max(8, nlist >> 3));
+  const job = { dim, nlist, m: dim / 4, k: 10, nprobe, base: base.buffer, queries: queries.buffer };
   Object.assign(results, { source, n, dim, queries: queries.length / dim, nlist, m: job.m, nprobe: job.nprobe });
 
   // The pool refuses the page's main thread with a typed error.

@@ -3,8 +3,12 @@
 //! lookup in SQLite) for the RAG and HEMA pipelines, with the automatic
 //! IVF-OPQ-PQ index against the exact index in the same run; and index
 //! memory per item (printed). The RAG memory is also searched with the BM25
-//! and hybrid retrievers, and a bare `LexicalIndex` over the same turns
-//! measures BM25 search alone (build time and bytes per document printed).
+//! and hybrid retrievers, and with hybrid plus the context ranking (the
+//! default `Memory::retrieve`: a list twice as deep re-ordered by session
+//! and neighbour scores, `DEFAULT_CONTEXT`; every other case runs with the
+//! ranking off, so it measures the index), and a bare `LexicalIndex` over
+//! the same turns measures BM25 search alone (build time and bytes per
+//! document printed).
 //!
 //! `cargo bench --bench memory` (HEMA reports 14–22 ms per turn and 1.2 GB
 //! for 50K vectors, with a sentence-transformer on an A100);
@@ -19,7 +23,10 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use dentate_core::LexicalIndex;
 use dentate_embed::{Embedder, HashingEmbedder, MiniLm};
-use dentate_memory::{DEFAULT_FUSION, HemaConfig, Memory, NewMessage, PipelineKind, Retriever, VectorMemoryConfig};
+use dentate_memory::{
+    ContextConfig, DEFAULT_CONTEXT, DEFAULT_FUSION, HemaConfig, Memory, NewMessage, PipelineKind, Retriever,
+    VectorMemoryConfig,
+};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,8 +100,10 @@ fn embedder() -> Arc<dyn Embedder> {
 /// A memory holding `n` ingested turns, and its live item count.
 fn build(kind: PipelineKind, dir: &std::path::Path, n: usize, e: Arc<dyn Embedder>) -> (Memory, usize) {
     let mut m = Memory::open(dir, kind, e, None).expect("open");
-    // Dense retrieval: the vector index is what this bench measures.
+    // Dense retrieval without the context ranking: the vector index is
+    // what this bench measures (the ranking has a case of its own).
     m.set_retriever(Retriever::Dense);
+    m.set_context_ranking(ContextConfig::off());
     let r = m.ingest("u", &turns(n)).expect("ingest");
     (m, r.live)
 }
@@ -150,17 +159,20 @@ fn bench(c: &mut Criterion) {
             bytes as f64 / live.max(1) as f64,
             std::fs::metadata(dir.path().join("memory.db")).map_or(0, |m| m.len()) as f64 / 1e6
         );
-        let retrievers: &[(&str, Retriever)] = if name == "rag/ivfpq" {
+        let off = ContextConfig::off();
+        let retrievers: &[(&str, Retriever, ContextConfig)] = if name == "rag/ivfpq" {
             &[
-                ("", Retriever::Dense),
-                ("/bm25", Retriever::Bm25),
-                ("/hybrid", Retriever::Hybrid(DEFAULT_FUSION)),
+                ("", Retriever::Dense, off),
+                ("/bm25", Retriever::Bm25, off),
+                ("/hybrid", Retriever::Hybrid(DEFAULT_FUSION), off),
+                ("/hybrid+context", Retriever::Hybrid(DEFAULT_FUSION), DEFAULT_CONTEXT),
             ]
         } else {
-            &[("", Retriever::Dense)]
+            &[("", Retriever::Dense, off)]
         };
-        for &(suffix, retriever) in retrievers {
+        for &(suffix, retriever, context) in retrievers {
             m.set_retriever(retriever);
+            m.set_context_ranking(context);
             let mut i = 0;
             g.bench_function(format!("{name}{suffix}"), |b| {
                 b.iter(|| {

@@ -10,12 +10,15 @@
 //! Without `initThreads` the module runs single-threaded, as the default
 //! build does.
 //!
-//! How a pool Worker starts: [`init_threads`] builds rayon's global pool with
-//! a spawn handler that queues each thread's `ThreadBuilder` instead of
-//! spawning an OS thread; `threads.js` starts one Worker per queued thread,
-//! hands it the compiled module and the shared memory, and the Worker
-//! instantiates the module on that memory and calls `__dentateRunWorker`,
-//! which takes one queued builder and runs rayon's worker loop forever.
+//! How a pool starts: [`init_threads`] first has `threads.js` start the
+//! Workers, handing each the compiled module and the shared memory; each
+//! instantiates the module on that memory and waits in
+//! `__dentateRunWorker`. Once all wait, rayon's global pool is built with
+//! a spawn handler that hands each thread's `ThreadBuilder` to a waiting
+//! Worker (a mutex-guarded queue and a condition variable) instead of
+//! spawning an OS thread, and each Worker runs rayon's loop on its own.
+//! The order matters: rayon's build waits until every thread runs, and a
+//! Worker cannot start while the Worker that created it is blocked.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -548,18 +548,24 @@ impl LexicalIndex {
             return Ok(first);
         }
         let forward = self.forward.get_or_init(|| Forward::of(&self.postings, self.ids.len()));
-        // Each candidate term's weight in the first run's best documents.
-        let mut weight: HashMap<u32, f64> = HashMap::new();
+        // Each candidate term's share of the first run's best documents
+        // (its frequency over the length, summed); its weight is that
+        // times its idf, computed once per term.
+        let mut share: HashMap<u32, f64> = HashMap::new();
         for hit in &first {
             let Some(&row) = self.pos.get(&hit.id) else { continue };
             let dl = f64::from(self.doc_len[row as usize].max(1));
             for &(tid, tf) in forward.row(row as usize) {
                 if query.binary_search(&tid).is_err() {
-                    *weight.entry(tid).or_insert(0.0) += f64::from(tf) / dl * self.idf(tid);
+                    *share.entry(tid).or_insert(0.0) += f64::from(tf) / dl;
                 }
             }
         }
-        let mut ranked: Vec<(u32, f64)> = weight.into_iter().filter(|&(_, w)| w > 0.0).collect();
+        let mut ranked: Vec<(u32, f64)> = share
+            .into_iter()
+            .map(|(tid, s)| (tid, s * self.idf(tid)))
+            .filter(|&(_, w)| w > 0.0)
+            .collect();
         // Heaviest first; ties by the smaller term id, so runs agree.
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         ranked.truncate(feedback.terms);

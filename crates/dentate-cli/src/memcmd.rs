@@ -413,9 +413,11 @@ pub struct LocomoArgs {
     /// Change settings to re-check a default, comma-separated `key=value`
     /// pairs: amory.headline, amory.bind, amory.continuity, amory.split,
     /// nemori.sigma_s, premem.continuation (each applies to its own
-    /// pipeline); context.session, context.neighbour, context.pool,
+    /// pipeline); context.session, context.neighbour, context.speaker,
+    /// context.temporal, context.diversity, context.expand, context.pool,
     /// context.snippets, context.feedback (how the context is found, ranked
-    /// and packed, every pipeline; feedback `off` or DOCS:TERMS:WEIGHT).
+    /// and packed, every pipeline, on top of the default context; feedback
+    /// `off` or DOCS:TERMS:WEIGHT).
     #[arg(long)]
     pub set: Option<String>,
     /// Cut the ranked items at these numbers of items, comma-separated

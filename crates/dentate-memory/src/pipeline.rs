@@ -120,13 +120,31 @@ impl Retriever {
 /// its own plus `session` × its session's score (the best item's plus
 /// half the second best's) plus `neighbour` × the best score of an item
 /// adjacent to it (the messages just before or after its own, in the same
-/// session).
+/// session) plus `speaker` when a person the question names said it (half
+/// when its text only mentions them) plus `temporal` when the question
+/// asks when and its text carries a date. With `diversity` > 0 the
+/// items are then chosen one by one, each time the best new score less
+/// `diversity` × its word overlap with the closest item already chosen
+/// (maximal marginal relevance).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ContextConfig {
     /// Weight of the session's score.
     pub session: f32,
     /// Weight of the best adjacent item's score.
     pub neighbour: f32,
+    /// Weight of being said by (1) or mentioning (½) a speaker the
+    /// question names ([`crate::context::named_speakers`]).
+    pub speaker: f32,
+    /// Weight of carrying a date ([`crate::dates::find`]) when the
+    /// question asks when ([`crate::context::asks_when`]).
+    pub temporal: f32,
+    /// Weight of the overlap penalty in the one-by-one choice (0: none).
+    pub diversity: f32,
+    /// How many of the best items bring in the items made from the
+    /// messages just before and after theirs in the same session, when
+    /// the search did not find them (score 0: ranked by their session
+    /// and neighbour scores; [`crate::context::expand`]); 0: none.
+    pub expand: usize,
     /// How many times deeper than asked the pipeline's list is retrieved
     /// to re-rank (at least 1).
     pub pool: f32,
@@ -142,10 +160,17 @@ pub struct ContextConfig {
 
 /// The context ranking's defaults: chosen on the tune split of
 /// `locomo-dev.json` (conv-26, conv-30) with MiniLM, never on the
-/// held-out conversations (see BENCHMARKS.md).
+/// held-out conversations (see BENCHMARKS.md): session 0.4, neighbour
+/// 0.2, temporal 0.3, the neighbours of the best 5 brought in; the
+/// speaker boost, diversity, snippets and feedback were measured and left
+/// off.
 pub const DEFAULT_CONTEXT: ContextConfig = ContextConfig {
     session: 0.4,
     neighbour: 0.2,
+    speaker: 0.0,
+    temporal: 0.3,
+    diversity: 0.0,
+    expand: 5,
     pool: 2.0,
     snippets: None,
     feedback: None,
@@ -161,6 +186,10 @@ impl Default for ContextConfig {
 pub const CONTEXT_KEYS: &[&str] = &[
     "context.session",
     "context.neighbour",
+    "context.speaker",
+    "context.temporal",
+    "context.diversity",
+    "context.expand",
     "context.pool",
     "context.snippets",
     "context.feedback",
@@ -172,15 +201,27 @@ impl ContextConfig {
         ContextConfig {
             session: 0.0,
             neighbour: 0.0,
+            speaker: 0.0,
+            temporal: 0.0,
+            diversity: 0.0,
+            expand: 0,
             pool: 1.0,
             snippets: None,
             feedback: None,
         }
     }
 
-    /// No re-ranking: both weights 0.
+    /// No re-ranking: every weight 0.
     pub fn is_off(&self) -> bool {
-        self.session == 0.0 && self.neighbour == 0.0
+        [
+            self.session,
+            self.neighbour,
+            self.speaker,
+            self.temporal,
+            self.diversity,
+        ]
+        .iter()
+        .all(|&w| w == 0.0)
     }
 
     /// Sets one of [`CONTEXT_KEYS`] (`context.session=0.3`); a weight must
@@ -197,6 +238,19 @@ impl ContextConfig {
                     ))
                 })?),
             };
+            return Ok(());
+        }
+        if key == "context.expand" {
+            self.expand = value
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n <= 1_000)
+                .ok_or_else(|| {
+                    MemoryError::Invalid(format!(
+                        "bad value `{value}` for `{key}` (a number of items, 0 to 1000)"
+                    ))
+                })?;
             return Ok(());
         }
         if key == "context.snippets" {
@@ -226,6 +280,9 @@ impl ContextConfig {
         match key {
             "context.session" => self.session = range(0.0, 10.0)?,
             "context.neighbour" => self.neighbour = range(0.0, 10.0)?,
+            "context.speaker" => self.speaker = range(0.0, 10.0)?,
+            "context.temporal" => self.temporal = range(0.0, 10.0)?,
+            "context.diversity" => self.diversity = range(0.0, 10.0)?,
             "context.pool" => self.pool = range(1.0, 16.0)?,
             _ => {
                 return Err(MemoryError::Invalid(format!(
@@ -271,6 +328,8 @@ pub struct Retrieved {
     /// The first and last position ([`Message::seq`]) of its source
     /// messages in that session, if known.
     pub span: Option<(i64, i64)>,
+    /// Who said its source messages, each once, in the order said.
+    pub speakers: Vec<String>,
 }
 
 /// A prompt composed within a token budget.
@@ -733,12 +792,19 @@ pub(crate) fn resolve(env: &Env<'_>, hits: &[(i64, f32)]) -> Result<Vec<Retrieve
         let span = in_session
             .map(|m| (m.seq, m.seq))
             .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+        let mut speakers: Vec<String> = Vec::new();
+        for m in &of_item {
+            if !speakers.contains(&m.msg.speaker) {
+                speakers.push(m.msg.speaker.clone());
+            }
+        }
         out.push(Retrieved {
             item,
             score,
             source_refs,
             session,
             span,
+            speakers,
         });
     }
     Ok(out)
@@ -798,13 +864,19 @@ pub struct Parts {
     pub time: Option<i64>,
     /// Its line under the date: text plus title, kind or key, no date.
     pub body: String,
+    /// Whether the line begins with who said it (`Ann: …`), so that the
+    /// name can show once per run of lines of that speaker
+    /// ([`render_grouped`]); kind or key labels (`Fact: …`) always show.
+    pub speaker_label: bool,
 }
 
-/// The default [`Parts`] of an item: its time and its text.
+/// The default [`Parts`] of an item: its time and its text, which begins
+/// with its speaker when it is a message ([`message_text`]).
 pub fn item_parts(item: &Item) -> Parts {
     Parts {
         time: item.said_at,
         body: item.text.clone(),
+        speaker_label: true,
     }
 }
 
@@ -818,28 +890,79 @@ fn date_line(t: i64) -> String {
     format!("[{}]\n", human_date(t))
 }
 
+/// Where an item's line goes: its group (day, `None` for undated lines,
+/// which come first), then the order said (time, first source message,
+/// id).
+type LineKey = (Option<i64>, Option<i64>, Option<i64>, i64);
+
+/// The groups [`Packer::pack`] has filled so far: each group's lines in
+/// order, and its tokens as rendered.
+type Groups = std::collections::HashMap<Option<i64>, (Vec<(LineKey, Parts)>, usize)>;
+
+fn line_key(item: &Item, p: &Parts) -> LineKey {
+    (p.time.map(day), p.time, item.sources.first().copied(), item.id)
+}
+
+/// The label a line begins with, as in `Caroline: I went…` or `Ann's
+/// hobby: pottery`: its text before the first `": "`, when the line is one
+/// line and the label one to four words, at most 40 bytes, without
+/// sentence punctuation, brackets or quotes.
+pub fn label_of(body: &str) -> Option<&str> {
+    if body.contains('\n') {
+        return None;
+    }
+    let at = body.find(": ")?;
+    let label = &body[..at];
+    let words = label.split_whitespace().count();
+    let plain = !label.contains(['.', '!', '?', ';', ':', '"', '(', ')', '[', ']', '<', '>', '“', '”']);
+    (at <= 40 && (1..=4).contains(&words) && plain && label.trim() == label).then_some(label)
+}
+
+/// One group's lines (in order, without its date line), each speaker's
+/// name shown once per run: a line with [`Parts::speaker_label`] and the
+/// same [`label_of`] as the line just before it shows without it (`Ann:
+/// one` / `two` for two lines of Ann's).
+fn push_lines<'a>(out: &mut String, lines: impl Iterator<Item = &'a Parts>) {
+    let mut prev: Option<&str> = None;
+    for p in lines {
+        let label = if p.speaker_label { label_of(&p.body) } else { None };
+        match (label, prev) {
+            (Some(l), Some(q)) if l == q => out.push_str(&p.body[l.len() + 2..]),
+            _ => out.push_str(&p.body),
+        }
+        out.push('\n');
+        prev = label;
+    }
+}
+
+/// One group as [`render_grouped`] shows it: its date line, if dated, then
+/// its lines (given in order).
+fn render_group<'a>(time: Option<i64>, lines: impl Iterator<Item = &'a Parts>) -> String {
+    let mut out = time.map(date_line).unwrap_or_default();
+    push_lines(&mut out, lines);
+    out
+}
+
 /// Items rendered compactly, as every prompt holds them: undated lines
 /// first, then one `[8 May 2023]` line per day in time order, with the
 /// lines of that day's items under it in the order they were said (time,
-/// then first source message, then id).
+/// then first source message, then id); within a group a speaker's name
+/// shows once per run of their lines ([`Parts::speaker_label`]).
 pub fn render_grouped(items: &[(&Item, Parts)]) -> String {
     let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by_key(|&i| {
-        let (it, p) = &items[i];
-        (p.time.map(day), p.time, it.sources.first().copied(), it.id)
-    });
+    order.sort_by_key(|&i| line_key(items[i].0, &items[i].1));
     let mut out = String::new();
-    let mut open = None;
-    for i in order {
-        let (_, p) = &items[i];
-        if let Some(t) = p.time
-            && open != Some(day(t))
-        {
-            out.push_str(&date_line(t));
-            open = Some(day(t));
-        }
-        out.push_str(&p.body);
-        out.push('\n');
+    let mut start = 0;
+    while start < order.len() {
+        let group = items[order[start]].1.time.map(day);
+        let end = start
+            + order[start..]
+                .iter()
+                .take_while(|&&i| items[i].1.time.map(day) == group)
+                .count();
+        let time = items[order[start]].1.time;
+        out.push_str(&render_group(time, order[start..end].iter().map(|&i| &items[i].1)));
+        start = end;
     }
     out
 }
@@ -1042,8 +1165,9 @@ impl Packer {
     /// items while the whole text stays within the budget, stopping at the
     /// first that does not fit and passing over near-duplicates of items
     /// already chosen. An
-    /// item costs its line plus, when it opens a day, that day's date
-    /// line. The token count is that of the whole packed text, never more
+    /// item costs what it adds to its day's group as rendered: its line
+    /// plus, when it opens a day, that day's date line, less a label it
+    /// repeats from the line before (more when it breaks a run). The token count is that of the whole packed text, never more
     /// than a budget: a standing context longer than the budget is
     /// truncated to it. Packing is monotone: a larger budget packs the
     /// same items or more.
@@ -1069,7 +1193,8 @@ impl Packer {
         // (position in `ranked`, parts shown, whether cut to a snippet)
         let mut chosen: Vec<(usize, Parts, bool)> = Vec::new();
         let mut words: Vec<std::collections::BTreeSet<String>> = Vec::new();
-        let mut days = std::collections::HashSet::new();
+        // Each group's lines so far (in order) and its tokens as rendered.
+        let mut groups = Groups::new();
         let mut reach = 0;
         for (i, r) in ranked.iter().enumerate() {
             if chosen.len() == k {
@@ -1094,19 +1219,26 @@ impl Packer {
                 reach = i + 1;
                 continue;
             }
-            let mut t = tokens::count(&(p.body.clone() + "\n"));
-            if let Some(time) = p.time
-                && !days.contains(&day(time))
-            {
-                t += tokens::count(&date_line(time));
-            }
+            // What the item adds: its group rendered with it, less without
+            // it (its line, a date line for a new day, and a label it
+            // repeats or makes the next line show).
+            let key = line_key(&r.item, &p);
+            let (lines, before) = groups.get(&key.0).map_or((&[][..], 0), |(l, t)| (l.as_slice(), *t));
+            let at = lines.partition_point(|(k, _)| *k < key);
+            let with = lines[..at]
+                .iter()
+                .map(|(_, q)| q)
+                .chain(std::iter::once(&p))
+                .chain(lines[at..].iter().map(|(_, q)| q));
+            let after = tokens::count(&render_group(p.time, with));
+            let t = after.saturating_sub(before);
             if used + t > limit {
                 break;
             }
             used += t;
-            if let Some(time) = p.time {
-                days.insert(day(time));
-            }
+            let group = groups.entry(key.0).or_default();
+            group.0.insert(at, (key, p.clone()));
+            group.1 = after;
             words.push(w);
             chosen.push((i, p, cut_down));
             reach = i + 1;
@@ -1194,6 +1326,7 @@ mod tests {
                 source_refs: vec![format!("D1:{i}")],
                 session: None,
                 span: None,
+                speakers: Vec::new(),
             })
             .collect()
     }
@@ -1222,8 +1355,75 @@ mod tests {
         let mut same = ranked(&["Ann: one", "Ann: two"]);
         same[1].item.said_at = Some(MAY_8 + 3_600);
         let one = packer("").pack(&same, Cut::K(1));
-        let both = packer("").pack(&same, Cut::Budget(one.tokens + tokens::count("Ann: two\n")));
-        assert_eq!(both.text, "[8 May 2023]\nAnn: one\nAnn: two\n");
+        // Ann's label shows once for her run of two lines, and the second
+        // costs only what it adds.
+        let both = packer("").pack(&same, Cut::Budget(one.tokens + tokens::count("two\n")));
+        assert_eq!(both.text, "[8 May 2023]\nAnn: one\ntwo\n");
+    }
+
+    #[test]
+    fn labels_show_once_per_run_within_a_day() {
+        for (body, label) in [
+            ("Ann: hi", Some("Ann")),
+            ("Jon Smith: hi: there", Some("Jon Smith")),
+            ("Ann's hobby: pottery", Some("Ann's hobby")),
+            ("no label here", None),
+            ("Well. Then: more", None),
+            ("a b c d e: five words", None),
+            ("Ann: two\nlines", None),
+            (": empty", None),
+        ] {
+            assert_eq!(label_of(body), label, "{body}");
+        }
+        // Ann, Ann, Bob, Bob on 8 May (in the order said), Ann on 9 May:
+        // the run breaks at Bob and at the new day.
+        let mut items = ranked(&[
+            "Ann: a",
+            "Ann: b",
+            "Bob: c",
+            "Bob: d",
+            "Ann: e",
+            "Bob: multi\nline",
+            "Bob: f",
+        ]);
+        for (i, r) in items.iter_mut().enumerate() {
+            r.item.said_at = Some(MAY_8 + if i == 4 { 86_400 } else { i as i64 });
+        }
+        let p = packer("").pack(&items, Cut::K(7));
+        assert_eq!(
+            p.text,
+            "[8 May 2023]\nAnn: a\nb\nBob: c\nd\nBob: multi\nline\nBob: f\n[9 May 2023]\nAnn: e\n"
+        );
+        // A budget packs the same when it holds exactly that text, and the
+        // estimate of a line that breaks a run charges the label it makes
+        // the next line show.
+        let b = packer("").pack(&items, Cut::Budget(p.tokens));
+        assert_eq!(b.shown.len(), 7, "{b:?}");
+        let mut ordered = ranked(&["Ann: a", "Ann: c", "Bob: b"]);
+        for (i, r) in ordered.iter_mut().enumerate() {
+            r.item.said_at = Some(MAY_8);
+            r.item.sources = vec![[0, 2, 1][i]];
+        }
+        let all = packer("").pack(&ordered, Cut::K(3));
+        assert_eq!(all.text, "[8 May 2023]\nAnn: a\nBob: b\nAnn: c\n");
+        let fit = packer("").pack(&ordered, Cut::Budget(all.tokens));
+        assert_eq!(fit.shown.len(), 3);
+        let short = packer("").pack(&ordered, Cut::Budget(all.tokens - 1));
+        assert_eq!(short.shown, [0, 1], "{short:?}");
+        // Kind or key labels are not speakers: they show on every line.
+        fn kinds(item: &Item) -> Parts {
+            Parts {
+                speaker_label: false,
+                ..item_parts(item)
+            }
+        }
+        let facts = ranked(&["Fact: a", "Fact: b"]);
+        let p = Packer::new(String::new(), kinds).pack(&facts, Cut::K(2));
+        assert_eq!(p.text, "Fact: b\n[8 May 2023]\nFact: a\n");
+        let mut same_day = facts.clone();
+        same_day[1].item.said_at = Some(MAY_8 + 1);
+        let p = Packer::new(String::new(), kinds).pack(&same_day, Cut::K(2));
+        assert_eq!(p.text, "[8 May 2023]\nFact: a\nFact: b\n");
     }
 
     #[test]
@@ -1341,7 +1541,12 @@ mod tests {
             assert_eq!(c.tokens, tokens::count(&c.prompt));
             assert_eq!(c.trimmed + c.included.len(), items.len());
             for r in &c.included {
-                assert!(c.prompt.contains(&r.item.text));
+                // Bob's two undated lines are one run: the label shows once.
+                let (_, said) = r.item.text.split_once(": ").expect("labelled");
+                assert!(c.prompt.contains(&format!("{said}\n")), "{c:?}");
+            }
+            if c.included.iter().filter(|r| r.item.text.starts_with("Bob")).count() == 2 {
+                assert!(c.prompt.contains("Bob: two\nfour\n"), "{}", c.prompt);
             }
         }
     }

@@ -1194,6 +1194,50 @@ impl Store {
         Ok(self.messages(ids)?.into_iter().map(Message::into_ref).collect())
     }
 
+    /// The user's messages just before and just after each of `ids` in
+    /// the order said (those of another session included: the caller
+    /// tells them apart), each once, by id; two indexed lookups per id.
+    pub fn adjacent_messages(&self, user: &str, ids: &[i64]) -> Result<Vec<Message>> {
+        let mut out: Vec<Message> = Vec::new();
+        for &id in ids {
+            for cond in [
+                r#"WHERE "user" = ?1 AND id < ?2 ORDER BY id DESC LIMIT 1"#,
+                r#"WHERE "user" = ?1 AND id > ?2 ORDER BY id LIMIT 1"#,
+            ] {
+                out.extend(self.messages_where(cond, args![user, id])?);
+            }
+        }
+        out.sort_by_key(|m| m.id);
+        out.dedup_by_key(|m| m.id);
+        Ok(out)
+    }
+
+    /// The live items of `pipeline` for `user` made from any of the
+    /// messages `ids`, as (item id, kind), by item id.
+    pub fn items_of_messages(&self, user: &str, pipeline: &str, ids: &[i64]) -> Result<Vec<(i64, String)>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(IN_LIST) {
+            let (list, mut vals) = in_list(chunk);
+            let n = vals.len();
+            vals.push(user.into());
+            vals.push(pipeline.into());
+            for r in self.conn.query(
+                &format!(
+                    r#"SELECT DISTINCT i.id, i.kind FROM item_sources s JOIN items i ON i.id = s.item_id
+                       WHERE s."user" = ?{} AND s.message_id IN ({list}) AND i.pipeline = ?{} AND i.deleted = 0"#,
+                    n + 1,
+                    n + 2
+                ),
+                &vals,
+            )? {
+                out.push((r.int(0)?, r.text(1)?));
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
     /// The user's messages with `lo <= seq < hi`, oldest first.
     pub fn messages_in_seq(&self, user: &str, lo: i64, hi: i64) -> Result<Vec<Message>> {
         self.messages_where(

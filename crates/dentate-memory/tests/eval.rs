@@ -526,6 +526,7 @@ fn retrieved(kind: &str, refs: &[&str]) -> Retrieved {
         source_refs: refs.iter().map(|r| r.to_string()).collect(),
         session: None,
         span: None,
+        speakers: Vec::new(),
     }
 }
 

@@ -942,30 +942,38 @@ fn erasing_a_source_rebuilds_summarising_state_and_leaves_no_trace() {
     }
 }
 
-#[test]
-fn feedback_reaches_a_turn_that_shares_no_word_with_the_question() {
-    use dentate_memory::{ContextConfig, Retriever};
+/// A RAG memory of user `u` holding `turns`, searched by BM25 alone.
+fn bm25_rag(turns: &[NewMessage]) -> (tempfile::TempDir, Memory) {
     let dir = tempfile::tempdir().unwrap();
     let mut m = open(dir.path(), "rag");
-    let turns = vec![
+    m.ingest("u", turns).unwrap();
+    m.set_retriever(dentate_memory::Retriever::Bm25);
+    (dir, m)
+}
+
+/// The source ids of what `m` retrieves for `q` (user `u`), in order.
+fn retrieved_refs(m: &mut Memory, q: &str, k: usize) -> Vec<String> {
+    m.retrieve("u", q, k)
+        .unwrap()
+        .into_iter()
+        .flat_map(|h| h.source_refs)
+        .collect()
+}
+
+#[test]
+fn feedback_reaches_a_turn_that_shares_no_word_with_the_question() {
+    use dentate_memory::ContextConfig;
+    let (_dir, mut m) = bm25_rag(&[
         msg(1, 1, "Ann", "Caroline joined the adoption agency last spring."),
         msg(1, 2, "Bob", "I painted a sunrise over the lake."),
         msg(2, 1, "Ann", "The agency interview went well, the agency called back."),
         msg(2, 2, "Bob", "We went camping with the kids."),
         msg(3, 1, "Bob", "My pottery class made a bowl."),
         msg(3, 2, "Bob", "The bowl cracked in the kiln."),
-    ];
-    m.ingest("u", &turns).unwrap();
-    m.set_retriever(Retriever::Bm25);
+    ]);
     let mut ctx = ContextConfig::off();
     m.set_context_ranking(ctx);
-    let refs = |m: &mut dentate_memory::Memory| -> Vec<String> {
-        m.retrieve("u", "What did Caroline join?", 5)
-            .unwrap()
-            .into_iter()
-            .flat_map(|h| h.source_refs)
-            .collect()
-    };
+    let refs = |m: &mut Memory| retrieved_refs(m, "What did Caroline join?", 5);
     // The question's words are only in D1:1; the agency turn D2:1 comes
     // with the words D1:1 lends the query, and nothing else does.
     let plain = refs(&mut m);
@@ -976,4 +984,42 @@ fn feedback_reaches_a_turn_that_shares_no_word_with_the_question() {
     assert_eq!(expanded.first().map(String::as_str), Some("D1:1"), "{expanded:?}");
     assert!(expanded.contains(&"D2:1".to_string()), "{expanded:?}");
     assert!(expanded.iter().all(|r| !r.starts_with("D3")), "{expanded:?}");
+}
+
+#[test]
+fn expansion_brings_in_the_answer_to_a_question_turn() {
+    use dentate_memory::ContextConfig;
+    let (_dir, mut m) = bm25_rag(&[
+        msg(1, 1, "Ann", "Did you ever give the kitten a name?"),
+        msg(1, 2, "Bob", "Yes, Pixel."),
+        msg(1, 3, "Ann", "Lovely, the kitten will be happy."),
+        msg(2, 1, "Bob", "Yes, we went camping."),
+        msg(2, 2, "Ann", "A kitten name contest at the fair!"),
+    ]);
+    let refs = retrieved_refs;
+    let mut ctx = ContextConfig::off();
+    ctx.neighbour = 0.5;
+    m.set_context_ranking(ctx);
+    // BM25 finds the turns with the question's words; the answer, D1:2,
+    // shares none of them.
+    let plain = refs(&mut m, "kitten name", 2);
+    assert!(!plain.contains(&"D1:2".to_string()), "{plain:?}");
+    ctx.expand = 1;
+    m.set_context_ranking(ctx);
+    let got = refs(&mut m, "kitten name", 10);
+    // The best hit's neighbours in its own session come in (D1:2 after
+    // D1:1, or D1:1 and D1:3 around D1:2's question); D2:1 (in another
+    // session, and no hit's neighbour) never does.
+    assert!(got.contains(&"D1:2".to_string()), "{got:?}");
+    assert!(!got.contains(&"D2:1".to_string()), "{got:?}");
+    // Each item once.
+    let mut uniq = got.clone();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), got.len(), "{got:?}");
+    // Expansion without any weight is off, as the rest of the ranking.
+    let mut none = ContextConfig::off();
+    none.expand = 3;
+    m.set_context_ranking(none);
+    assert!(!refs(&mut m, "kitten name", 10).contains(&"D1:2".to_string()));
 }

@@ -431,14 +431,17 @@ impl Amory {
             NARRATIVE => Parts {
                 time: None,
                 body: format!("Story: {}", Head::parse(&item.text).line()),
+                speaker_label: false,
             },
             SUBPLOT => Parts {
                 time,
                 body: format!("Sub-plot: {}", item.text),
+                speaker_label: false,
             },
             FACT => Parts {
                 time,
                 body: format!("Fact: {}", item.text),
+                speaker_label: false,
             },
             _ => crate::pipeline::item_parts(item),
         }

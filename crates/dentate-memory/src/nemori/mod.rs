@@ -308,6 +308,7 @@ impl Nemori {
         Parts {
             time: item.said_at,
             body: item.text.replacen('\n', ": ", 1),
+            speaker_label: false,
         }
     }
 }

@@ -560,7 +560,11 @@ impl Premem {
             }
             _ => item.text.clone(),
         };
-        Parts { time: day, body }
+        Parts {
+            time: day,
+            body,
+            speaker_label: false,
+        }
     }
 }
 

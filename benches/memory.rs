@@ -166,6 +166,16 @@ fn bench(c: &mut Criterion) {
                 ("/bm25", Retriever::Bm25, off),
                 ("/hybrid", Retriever::Hybrid(DEFAULT_FUSION), off),
                 ("/hybrid+context", Retriever::Hybrid(DEFAULT_FUSION), DEFAULT_CONTEXT),
+                // The same without the neighbour expansion: what its store
+                // lookups cost.
+                (
+                    "/hybrid+context-noexpand",
+                    Retriever::Hybrid(DEFAULT_FUSION),
+                    ContextConfig {
+                        expand: 0,
+                        ..DEFAULT_CONTEXT
+                    },
+                ),
             ]
         } else {
             &[("", Retriever::Dense, off)]

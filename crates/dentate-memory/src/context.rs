@@ -39,23 +39,42 @@ pub fn retrieve<P: Pipeline + ?Sized>(
 /// question turn, the turn a reply answers. [`rerank`] then places them by
 /// their session's and their neighbour's scores.
 pub fn expand(env: &Env<'_>, pipeline: &str, ranked: &mut Vec<Retrieved>, n: usize) -> Result<()> {
+    // The first and last source message of each of the best n, with a
+    // session: their neighbours are looked up in one statement.
+    let bounds: Vec<(usize, i64, i64)> = ranked
+        .iter()
+        .take(n)
+        .enumerate()
+        .filter(|(_, r)| r.session.is_some())
+        .filter_map(|(i, r)| Some((i, *r.item.sources.iter().min()?, *r.item.sources.iter().max()?)))
+        .collect();
+    if bounds.is_empty() {
+        return Ok(());
+    }
+    let ends: Vec<i64> = bounds.iter().flat_map(|&(_, a, b)| [a, b]).collect();
+    // Sorted by id: the one just before `first` is the last below it (the
+    // true neighbour is among them), the one after `last` the first above.
+    let around = env.store.adjacent_messages(env.user, &ends)?;
+    let mut wanted: Vec<(usize, i64)> = Vec::new();
+    for &(i, first, last) in &bounds {
+        let r = &ranked[i];
+        let before = around.iter().rev().find(|m| m.id < first);
+        let after = around.iter().find(|m| m.id > last);
+        for m in before.into_iter().chain(after) {
+            if Some(&m.msg.session) == r.session.as_ref() && !r.item.sources.contains(&m.id) {
+                wanted.push((i, m.id));
+            }
+        }
+    }
+    let messages: Vec<i64> = wanted.iter().map(|&(_, m)| m).collect();
+    let made = env.store.items_of_messages(env.user, pipeline, &messages)?;
     let held: std::collections::HashSet<i64> = ranked.iter().map(|r| r.item.id).collect();
     let mut found: Vec<i64> = Vec::new();
-    for r in ranked.iter().take(n) {
-        let Some(session) = r.session.as_deref() else { continue };
-        let (Some(&first), Some(&last)) = (r.item.sources.iter().min(), r.item.sources.iter().max()) else {
-            continue;
-        };
-        let around: Vec<i64> = env
-            .store
-            .adjacent_messages(env.user, &[first, last])?
-            .into_iter()
-            .filter(|m| m.msg.session == session && !r.item.sources.contains(&m.id))
-            .map(|m| m.id)
-            .collect();
-        for (id, kind) in env.store.items_of_messages(env.user, pipeline, &around)? {
-            if kind == r.item.kind && !held.contains(&id) && !found.contains(&id) {
-                found.push(id);
+    // In the order of the items they neighbour; the same kind only.
+    for &(i, message) in &wanted {
+        for (_, id, kind) in made.iter().filter(|(m, _, _)| *m == message) {
+            if *kind == ranked[i].item.kind && !held.contains(id) && !found.contains(id) {
+                found.push(*id);
             }
         }
     }

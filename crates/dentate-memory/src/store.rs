@@ -1196,15 +1196,56 @@ impl Store {
 
     /// The user's messages just before and just after each of `ids` in
     /// the order said (those of another session included: the caller
-    /// tells them apart), each once, by id; two indexed lookups per id.
+    /// tells them apart), each once, by id. A user's messages are mostly
+    /// stored one after another, so the ids next to each are read first
+    /// (one lookup by id for all); only where such an id is missing or
+    /// another user's is the neighbour sought (one statement per 64, an
+    /// indexed lookup each).
     pub fn adjacent_messages(&self, user: &str, ids: &[i64]) -> Result<Vec<Message>> {
-        let mut out: Vec<Message> = Vec::new();
-        for &id in ids {
-            for cond in [
-                r#"WHERE "user" = ?1 AND id < ?2 ORDER BY id DESC LIMIT 1"#,
-                r#"WHERE "user" = ?1 AND id > ?2 ORDER BY id LIMIT 1"#,
-            ] {
-                out.extend(self.messages_where(cond, args![user, id])?);
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let next_to: Vec<i64> = ids
+            .iter()
+            .flat_map(|&i| [i.saturating_sub(1), i.saturating_add(1)])
+            .collect();
+        let mut out: Vec<Message> = self
+            .messages(&next_to)?
+            .into_iter()
+            .filter(|m| m.user == user)
+            .collect();
+        let has = |out: &[Message], id: i64| out.iter().any(|m| m.id == id);
+        // (id, whether the neighbour sought is the one before it)
+        let missing: Vec<(i64, bool)> = ids
+            .iter()
+            .flat_map(|&i| [(i, true), (i, false)])
+            .filter(|&(i, before)| {
+                !has(
+                    &out,
+                    if before {
+                        i.saturating_sub(1)
+                    } else {
+                        i.saturating_add(1)
+                    },
+                )
+            })
+            .collect();
+        for chunk in missing.chunks(64) {
+            let mut args: Vec<crate::sql::Value> = vec![user.into()];
+            let mut parts = Vec::with_capacity(chunk.len());
+            for (n, &(id, before)) in chunk.iter().enumerate() {
+                args.push(id.into());
+                let (at, cmp, order) = (
+                    n + 2,
+                    if before { "<" } else { ">" },
+                    if before { "DESC" } else { "ASC" },
+                );
+                parts.push(format!(
+                    r#"SELECT * FROM ({MESSAGE_COLS} WHERE "user" = ?1 AND id {cmp} ?{at} ORDER BY id {order} LIMIT 1) AS n{n}"#
+                ));
+            }
+            for r in self.conn.query(&parts.join(" UNION ALL "), &args)? {
+                out.push(Self::row_message(&r)?);
             }
         }
         out.sort_by_key(|m| m.id);
@@ -1213,8 +1254,8 @@ impl Store {
     }
 
     /// The live items of `pipeline` for `user` made from any of the
-    /// messages `ids`, as (item id, kind), by item id.
-    pub fn items_of_messages(&self, user: &str, pipeline: &str, ids: &[i64]) -> Result<Vec<(i64, String)>> {
+    /// messages `ids`, as (message id, item id, kind), sorted.
+    pub fn items_of_messages(&self, user: &str, pipeline: &str, ids: &[i64]) -> Result<Vec<(i64, i64, String)>> {
         let mut out = Vec::new();
         for chunk in ids.chunks(IN_LIST) {
             let (list, mut vals) = in_list(chunk);
@@ -1223,14 +1264,17 @@ impl Store {
             vals.push(pipeline.into());
             for r in self.conn.query(
                 &format!(
-                    r#"SELECT DISTINCT i.id, i.kind FROM item_sources s JOIN items i ON i.id = s.item_id
-                       WHERE s."user" = ?{} AND s.message_id IN ({list}) AND i.pipeline = ?{} AND i.deleted = 0"#,
+                    // The sources first (by message, indexed), then each
+                    // item by id: SQLite keeps a CROSS JOIN's order.
+                    r#"SELECT s.message_id, i.id, i.kind FROM item_sources s CROSS JOIN items i
+                       WHERE i.id = s.item_id AND s."user" = ?{} AND s.message_id IN ({list})
+                       AND i.pipeline = ?{} AND i.deleted = 0"#,
                     n + 1,
                     n + 2
                 ),
                 &vals,
             )? {
-                out.push((r.int(0)?, r.text(1)?));
+                out.push((r.int(0)?, r.int(1)?, r.text(2)?));
             }
         }
         out.sort();

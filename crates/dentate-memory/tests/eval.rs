@@ -214,7 +214,7 @@ fn json_schema_is_stable() {
     let dir = tempfile::tempdir().unwrap();
     let out = eval::run(&ds, &o, dir.path(), &mut |_| {}).unwrap();
     let got = shape(&out.to_json());
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/eval_schema_v4.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/eval_schema_v5.json");
     if std::env::var_os("DENTATE_BLESS").is_some() {
         std::fs::write(path, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
     }

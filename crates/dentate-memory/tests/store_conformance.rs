@@ -771,3 +771,57 @@ fn exports_import_into_every_engine_with_the_same_rows() {
         }
     }
 }
+
+#[test]
+fn neighbours_of_messages_and_the_items_made_from_them() {
+    for e in engines("adjacent") {
+        let mut s = e.open();
+        let a = s.append_messages("ann", &conversation()).unwrap();
+        // Bob's messages interleave with Ann's ids: neighbours are per user.
+        let b = s.append_messages("bob", &conversation()[..2]).unwrap();
+        let more = s.append_messages("ann", &[msg(9, 1, "Ann", "later")]).unwrap();
+        let ids = |ms: Vec<dentate_memory::Message>| ms.iter().map(|m| m.id).collect::<Vec<_>>();
+        let around = s.adjacent_messages("ann", &[a[1], a[1], a[3]]).unwrap();
+        assert_eq!(ids(around), [a[0], a[2], a[4]], "{}", e.name);
+        // The first has nothing before it; the last of the first batch's
+        // next is the later message, past Bob's.
+        let last = *a.last().unwrap();
+        assert_eq!(
+            ids(s.adjacent_messages("ann", &[a[0], last]).unwrap()),
+            [a[1], a[a.len() - 2], more[0]]
+        );
+        assert_eq!(ids(s.adjacent_messages("bob", &[b[0]]).unwrap()), [b[1]], "{}", e.name);
+        assert!(s.adjacent_messages("ann", &[]).unwrap().is_empty());
+        // Many at once (past one statement's 64).
+        let all: Vec<i64> = (0..200).map(|i| a[0] + i).collect();
+        assert!(s.adjacent_messages("ann", &all).unwrap().len() <= a.len() + 1);
+        let step = Step {
+            add: vec![
+                item("turn", "t1", &[a[1]], None),
+                item("turn", "t2", &[a[2]], None),
+                item("episode", "e", &[a[1], a[2]], None),
+            ],
+            ..Step::default()
+        };
+        let made = s.commit("ann", "p", &step).unwrap();
+        let got = s.items_of_messages("ann", "p", &[a[1], a[3]]).unwrap();
+        assert_eq!(
+            got,
+            [
+                (a[1], made[0], "turn".to_string()),
+                (a[1], made[2], "episode".to_string())
+            ],
+            "{}",
+            e.name
+        );
+        assert!(s.items_of_messages("ann", "other", &[a[1]]).unwrap().is_empty());
+        assert!(s.items_of_messages("bob", "p", &[a[1]]).unwrap().is_empty());
+        assert!(s.delete_item("ann", made[0]).unwrap());
+        assert_eq!(
+            s.items_of_messages("ann", "p", &[a[1]]).unwrap().len(),
+            1,
+            "{}: deleted",
+            e.name
+        );
+    }
+}

@@ -167,6 +167,10 @@ pub struct CutMetrics {
     pub mean_context_tokens: Option<f64>,
     /// Mean items packed over the same questions.
     pub mean_items: Option<f64>,
+    /// Context tokens per evidence turn delivered: the tokens of the
+    /// questions scored for evidence, summed, over the evidence turns
+    /// their contexts hold together; `None` when they hold none.
+    pub tokens_per_evidence_hit: Option<f64>,
     /// What was missed, by cause, over the questions retrieved
     /// [`DIAGNOSTIC_DEPTH`] deep (`None` when none was).
     pub misses: Option<Misses>,
@@ -266,6 +270,7 @@ fn summarise(category: Option<u8>, name: &'static str, cuts: &[Cut], members: &[
             let (mut scored, mut recall_sum, mut full) = (0usize, 0.0f64, 0usize);
             let (mut answered, mut answer_sum, mut rendered_sum) = (0usize, 0.0f64, 0.0f64);
             let (mut ran, mut token_sum, mut item_sum) = (0usize, 0.0f64, 0.0f64);
+            let (mut scored_tokens, mut hit_sum) = (0.0f64, 0usize);
             let mut misses: Option<Misses> = None;
             for (r, ev) in members.iter().zip(&evidence) {
                 let Some(c) = r.cuts.get(i) else { continue };
@@ -288,6 +293,8 @@ fn summarise(category: Option<u8>, name: &'static str, cuts: &[Cut], members: &[
                 let got: HashSet<&str> = c.retrieved.iter().map(String::as_str).collect();
                 let hits = ev.iter().filter(|id| got.contains(*id)).count();
                 scored += 1;
+                scored_tokens += c.context_tokens as f64;
+                hit_sum += hits;
                 recall_sum += hits as f64 / ev.len() as f64;
                 if hits == ev.len() {
                     full += 1;
@@ -303,6 +310,7 @@ fn summarise(category: Option<u8>, name: &'static str, cuts: &[Cut], members: &[
                 mean_rendered_answer_recall: mean(rendered_sum, answered),
                 mean_context_tokens: mean(token_sum, ran),
                 mean_items: mean(item_sum, ran),
+                tokens_per_evidence_hit: mean(scored_tokens, hit_sum),
                 misses,
             }
         })
@@ -329,6 +337,7 @@ impl CutMetrics {
             "answer_recall_rendered": self.mean_rendered_answer_recall,
             "mean_context_tokens": self.mean_context_tokens,
             "mean_items": self.mean_items,
+            "tokens_per_evidence_hit": self.tokens_per_evidence_hit,
             "misses": self.misses.map(|m| {
                 m.counts()
                     .iter()
@@ -614,6 +623,13 @@ mod tests {
         assert_eq!(m[1].full_coverage, Some(2.0 / 3.0));
         assert_eq!((m[1].answer_scored, m[1].mean_answer_recall), (2, Some(1.0)));
         assert_eq!((m[1].mean_context_tokens, m[1].mean_items), (Some(24.75), Some(2.0)));
+        // Tokens of the questions with evidence over the evidence turns
+        // found: (10 + 12 + 8 + 7) / 3 at k = 1, (30 + 34 + 20) / 5 within
+        // 30 tokens (the adversarial question has no evidence, the last
+        // no second cut); none found, none defined.
+        assert_eq!(m[0].tokens_per_evidence_hit, Some(37.0 / 3.0));
+        assert_eq!(m[1].tokens_per_evidence_hit, Some(84.0 / 5.0));
+        assert_eq!(r.categories[2].per_cut[0].tokens_per_evidence_hit, None);
 
         // Latencies sorted: 50, 100, 200, 300, 1000 → rank 3 and rank 5.
         assert_eq!((r.latency_p50_us, r.latency_p95_us), (Some(200), Some(1000)));

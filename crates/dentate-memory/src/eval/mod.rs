@@ -341,7 +341,7 @@ pub struct EvalOutcome {
 }
 
 /// Version of the JSON layout written by [`EvalOutcome::to_json`].
-pub const JSON_SCHEMA_VERSION: u32 = 4;
+pub const JSON_SCHEMA_VERSION: u32 = 5;
 
 impl EvalOutcome {
     /// Everything as JSON: `{schema, embedder, dataset: {conversations,
@@ -353,7 +353,8 @@ impl EvalOutcome {
     /// judge}]}`. Schema 3 added the split, the query-time model cost and
     /// `answer_recall_rendered`, and made `answer_recall` count what items
     /// say rather than their rendered text; schema 4 added each cut's
-    /// `misses` by cause (see [`metrics::Misses`]; `null` without budgets).
+    /// `misses` by cause (see [`metrics::Misses`]; `null` without budgets);
+    /// schema 5 each cut's `tokens_per_evidence_hit`.
     pub fn to_json(&self) -> Value {
         let counts = |c: &[(&str, usize)]| -> Value {
             c.iter()
@@ -447,11 +448,12 @@ impl EvalOutcome {
     /// One Markdown table of the overall metrics: a row per pipeline ×
     /// retriever × cut with evidence recall, full coverage, answer recall
     /// (what the items say), the older rendered answer recall (headers
-    /// included), mean tokens and items used, and retrieval latency.
+    /// included), mean tokens and items used, tokens per evidence turn
+    /// delivered, and retrieval latency.
     pub fn summary_markdown(&self) -> String {
         let mut s = String::from(
-            "| pipeline | retriever | cut | evidence recall | full coverage | answer recall | answer recall (rendered, old) | tokens | items | p50 ms | p95 ms |\n\
-             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| pipeline | retriever | cut | evidence recall | full coverage | answer recall | answer recall (rendered, old) | tokens | items | tokens / evidence hit | p50 ms | p95 ms |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let ms = |us: Option<u64>| us.map_or_else(|| "-".into(), |v| format!("{:.2}", v as f64 / 1000.0));
         for r in &self.runs {
@@ -461,7 +463,7 @@ impl EvalOutcome {
                     Cut::Budget(b) => format!("{b} tokens"),
                 };
                 s.push_str(&format!(
-                    "| {} | {} | {cut} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                    "| {} | {} | {cut} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                     r.pipeline,
                     r.retriever,
                     fmt_opt(m.mean_recall, 3),
@@ -470,6 +472,7 @@ impl EvalOutcome {
                     fmt_opt(m.mean_rendered_answer_recall, 3),
                     fmt_opt(m.mean_context_tokens, 0),
                     fmt_opt(m.mean_items, 1),
+                    fmt_opt(m.tokens_per_evidence_hit, 1),
                     ms(r.report.latency_p50_us),
                     ms(r.report.latency_p95_us),
                 ));

@@ -319,7 +319,10 @@ fn parse_feedback(v: &str) -> Option<Feedback> {
 pub struct Retrieved {
     /// The item (text, source message ids, times).
     pub item: Item,
-    /// Cosine similarity to the query.
+    /// The retriever's score for the query (cosine similarity with dense
+    /// retrieval, the fused or BM25 score otherwise); 0 for an item the
+    /// search did not find that the context ranking brought in beside a
+    /// better one ([`crate::context::expand`]).
     pub score: f32,
     /// The caller's ids of the source messages (LoCoMo `dia_id`s), in order.
     pub source_refs: Vec<String>,

@@ -2,7 +2,8 @@
 // follows it, and the merge of its sorted candidate lists.
 //
 // The host prepends the constants of a variant:
-//   TQ   queries per thread of `gemm` (1, 4 or 8): a tile is 16·TQ queries × 128 rows
+//   TQ   queries per thread of `gemm` (1, 4 or 8): a tile is WG/16·TQ queries × 128 rows
+//   WG   threads of a `gemm` workgroup (256, or 128 with BK 16)
 //   F16  base stored as f16 pairs in u32 words (unpacked to f32), else f32
 //   SEG  scores per `segsel` segment (1,024 to 4,096, by workgroup memory)
 //   BK   dimensions per slab of `gemm` (16 or 32)
@@ -10,7 +11,7 @@
 //
 // `gemm` computes a tile of queries × rows per workgroup. Slabs of BK
 // dimensions of both operands are staged in workgroup memory; each of the
-// 256 threads keeps a register tile of TQ queries × 8 rows, so a step reads
+// WG threads keeps a register tile of TQ queries × 8 rows, so a step reads
 // (TQ + 8) floats from workgroup memory for 8·TQ multiply-adds. Base rows
 // are in the core's panel layout (16 rows per panel, dimension-major inside
 // a panel): the 16 rows × BK dimensions of a panel's slab are 4·BK
@@ -45,7 +46,11 @@
 // in front.
 
 const BR: u32 = 128u;
-const BQ: u32 = 16u * TQ;
+const BQ: u32 = (WG / 16u) * TQ;
+// Base vec4s of a slab (128 rows × BK dimensions; f16 packs 8 a vec4).
+const NB: u32 = select(BK * BR / 4u, BK * BR / 8u, F16);
+// Query vec4s of a slab.
+const NQV: u32 = BK * BQ / 4u;
 
 struct Params {
     d: u32,
@@ -95,7 +100,7 @@ struct Params {
 
 // Slabs: queries as [dim][query / 4] (a thread's TQ queries are one vec4
 // when TQ = 4), rows as [dim][row / 4].
-var<workgroup> qs: array<vec4<f32>, BK * BQ / 4u>;
+var<workgroup> qs: array<vec4<f32>, NQV>;
 var<workgroup> bs: array<vec4<f32>, BK * BR / 4u>;
 
 fn is_alive(local: u32) -> bool {
@@ -107,8 +112,9 @@ fn is_alive(local: u32) -> bool {
 
 // One thread's share of a slab (dimensions k0..k0+BK of the tile's 128
 // rows and BQ queries), held in registers from the global loads to the
-// store into workgroup memory. f32 base: BK/8 vec4s of it in b0..b3; f16
-// base: BK/16 raw vec4<u32>s (bit-cast, unpacked at the store) in b0, b1.
+// store into workgroup memory: NB/WG vec4s of the base in b0..b3 (for an
+// f16 base raw vec4<u32>s, bit-cast, unpacked at the store) and NQV/WG of
+// the queries in q0..q3.
 // Named fields, not an array, so no compiler keeps them in memory.
 struct Slab {
     b0: vec4<f32>,
@@ -117,6 +123,8 @@ struct Slab {
     b3: vec4<f32>,
     q0: vec4<f32>,
     q1: vec4<f32>,
+    q2: vec4<f32>,
+    q3: vec4<f32>,
 }
 
 // Panel (of the tile's 8), dimension within the slab and first lane of
@@ -174,12 +182,12 @@ fn load_queries(v: u32, k0: u32, tq0: u32) -> vec4<f32> {
     if P.qt != 0u {
         // Transposed: the four queries are one aligned vec4 (P.q0, tq0
         // and q4 are multiples of 4).
-        if v < BK * BQ / 4u && j < P.d {
+        if v < NQV && j < P.d {
             x = queries[(j * P.qt + P.q0 + tq0 + q4) / 4u];
         }
         return x;
     }
-    if v < BK * BQ / 4u && j < P.d {
+    if v < NQV && j < P.d {
         let jv = j / 4u;
         let jc = j % 4u;
         for (var e = 0u; e < 4u; e += 1u) {
@@ -192,25 +200,31 @@ fn load_queries(v: u32, k0: u32, tq0: u32) -> vec4<f32> {
 }
 
 fn store_queries(v: u32, x: vec4<f32>) {
-    if v < BK * BQ / 4u {
+    if v < NQV {
         qs[v] = x;
     }
 }
 
-// Thread li's share of the slab at dimension k0 (rows from panel p0).
+// Thread li's share of the slab at dimension k0 (rows from panel p0):
+// vec4s li, li + WG, … of the base's NB and the queries' NQV.
 fn fetch(li: u32, k0: u32, p0: u32, tq0: u32) -> Slab {
-    var s = Slab(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let z = vec4<f32>(0.0);
+    var s = Slab(z, z, z, z, z, z, z, z);
     s.b0 = load_base(li, k0, p0);
-    if !F16 || BK == 32u {
-        s.b1 = load_base(li + 256u, k0, p0);
+    if NB > WG {
+        s.b1 = load_base(li + WG, k0, p0);
     }
-    if !F16 && BK == 32u {
-        s.b2 = load_base(li + 512u, k0, p0);
-        s.b3 = load_base(li + 768u, k0, p0);
+    if NB > 2u * WG {
+        s.b2 = load_base(li + 2u * WG, k0, p0);
+        s.b3 = load_base(li + 3u * WG, k0, p0);
     }
     s.q0 = load_queries(li, k0, tq0);
-    if BK * BQ / 4u > 256u {
-        s.q1 = load_queries(li + 256u, k0, tq0);
+    if NQV > WG {
+        s.q1 = load_queries(li + WG, k0, tq0);
+    }
+    if NQV > 2u * WG {
+        s.q2 = load_queries(li + 2u * WG, k0, tq0);
+        s.q3 = load_queries(li + 3u * WG, k0, tq0);
     }
     return s;
 }
@@ -218,16 +232,20 @@ fn fetch(li: u32, k0: u32, p0: u32, tq0: u32) -> Slab {
 // Stores thread li's share of a slab into workgroup memory.
 fn put(li: u32, s: Slab) {
     store_base(li, s.b0);
-    if !F16 || BK == 32u {
-        store_base(li + 256u, s.b1);
+    if NB > WG {
+        store_base(li + WG, s.b1);
     }
-    if !F16 && BK == 32u {
-        store_base(li + 512u, s.b2);
-        store_base(li + 768u, s.b3);
+    if NB > 2u * WG {
+        store_base(li + 2u * WG, s.b2);
+        store_base(li + 3u * WG, s.b3);
     }
     store_queries(li, s.q0);
-    if BK * BQ / 4u > 256u {
-        store_queries(li + 256u, s.q1);
+    if NQV > WG {
+        store_queries(li + WG, s.q1);
+    }
+    if NQV > 2u * WG {
+        store_queries(li + 2u * WG, s.q2);
+        store_queries(li + 3u * WG, s.q3);
     }
 }
 
@@ -379,7 +397,7 @@ fn tile(li: u32, wg: vec3<u32>) -> Tile {
 // `gemm_keep` spell their writes out separately: a shared function that
 // chose between `emit` and `emit_keep` would make `gemm` statically use
 // the survivor bindings, which its bind groups do not have.)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let t = tile(li, wg);
     let q = wg.y * BQ + (li / 16u) * TQ;
@@ -408,7 +426,7 @@ fn gemm(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
 
 // `gemm` for exact search after a batch's first block: the scores, and
 // each query's survivors of its threshold compacted for `survsel`.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn gemm_keep(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let t = tile(li, wg);
     let q = wg.y * BQ + (li / 16u) * TQ;

@@ -825,6 +825,63 @@ fn gpu_falls_back_beyond_its_kernels() {
     assert_eq!(g.fallbacks(), 1);
 }
 
+/// Many queries against a base shorter than a segment: the survivors'
+/// buffer (a segment a query) bounds the batch, so every batch fits a
+/// binding and nothing falls back (10,000 queries × 2,048 or 4,096 slots
+/// × 8 bytes would be 156 or 312 MiB in one buffer, past llvmpipe's
+/// bindings).
+#[test]
+fn gpu_many_queries_short_base() {
+    let Some(g) = open_gpu(GpuOptions {
+        allow_software: true,
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    let (dim, n, nq) = (8, 1_500, 10_000);
+    let data = synth(n, dim, 12, 29);
+    let queries = synth(nq, dim, 12, 30);
+    let panels = Panels::from_rows(&data, dim, Precision::F32);
+    let got = g.top_k(&queries, BaseRef::plain(&panels), 10);
+    assert_same(
+        &got,
+        &reference().top_k(&queries, BaseRef::plain(&panels), 10),
+        1e-4,
+        "short base",
+    );
+    assert_eq!(g.fallbacks(), 0);
+}
+
+/// Tombstones that cover fewer rows than the base (a caller's `BaseRef`)
+/// leave the rows past them dead, as on the CPU: the GPU, whose GEMM reads
+/// a bit for every row without bounds checks, hands such a search to the
+/// CPU instead of reading past the bits.
+#[test]
+fn gpu_short_tombstones_run_on_the_cpu() {
+    let Some(g) = open_gpu(GpuOptions {
+        allow_software: true,
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    let (dim, n) = (16, 3_000);
+    let data = synth(n, dim, 12, 23);
+    let panels = Panels::from_rows(&data, dim, Precision::F32);
+    let mut alive = dentate::Bitset::new();
+    for i in 0..1_000 {
+        alive.push(i != 7);
+    }
+    let base = BaseRef {
+        alive: Some(&alive),
+        ..BaseRef::plain(&panels)
+    };
+    let q = &data[2_500 * dim..2_502 * dim];
+    let got = g.top_k(q, base, 10);
+    assert!(got.iter().flatten().all(|c| c.id < 1_000 && c.id != 7), "{got:?}");
+    assert_same(&got, &reference().top_k(q, base, 10), 1e-4, "short tombstones");
+    assert_eq!(g.fallbacks(), 1);
+}
+
 /// The tombstones go to the device once per state of the bits: a repeated
 /// search sends none of them, a search after a delete sends them again and
 /// no longer finds the deleted row.

@@ -220,7 +220,7 @@ async fn assign_on_device(
                 &params,
                 inputs,
                 &scores,
-                (k, nb.div_ceil(16 * tq)),
+                (k, nb.div_ceil(crate::topk::tile_queries(gpu, tq))),
                 &[],
             );
             let bind = gpu.bind(&best, &[(0, &params), (7, &scores), (17, &assigned)]);

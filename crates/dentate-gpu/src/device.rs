@@ -404,7 +404,7 @@ impl Gpu {
             replace,
             enable_f16,
         };
-        self.compile(variant, true).await
+        self.compile(variant, wgpu::ShaderRuntimeChecks::checked()).await
     }
 
     /// [`Gpu::pipeline`] compiled without wgpu's loop bounding (a 64-bit
@@ -429,10 +429,44 @@ impl Gpu {
             replace: &[],
             enable_f16: false,
         };
-        self.compile(variant, false).await
+        let checks = wgpu::ShaderRuntimeChecks {
+            force_loop_bounding: false,
+            ..wgpu::ShaderRuntimeChecks::checked()
+        };
+        self.compile(variant, checks).await
     }
 
-    async fn compile(&self, variant: Variant<'_>, bounded: bool) -> Result<Arc<Kernel>> {
+    /// [`Gpu::pipeline_unbounded`] compiled without bounds checks too
+    /// (naga clamps every index into an array or a storage buffer that it
+    /// cannot prove in range).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Gpu::pipeline_unbounded`], and every index `entry` takes
+    /// into an array or a binding is in range for every dispatch the host
+    /// records with it.
+    pub async unsafe fn pipeline_unchecked(
+        &self,
+        source: &'static str,
+        entry: &str,
+        consts: &[(&str, String)],
+    ) -> Result<Arc<Kernel>> {
+        let variant = Variant {
+            source,
+            entry,
+            consts,
+            replace: &[],
+            enable_f16: false,
+        };
+        let checks = wgpu::ShaderRuntimeChecks {
+            bounds_checks: false,
+            force_loop_bounding: false,
+            ..wgpu::ShaderRuntimeChecks::checked()
+        };
+        self.compile(variant, checks).await
+    }
+
+    async fn compile(&self, variant: Variant<'_>, checks: wgpu::ShaderRuntimeChecks) -> Result<Arc<Kernel>> {
         let Variant {
             source,
             entry,
@@ -440,7 +474,12 @@ impl Gpu {
             replace,
             enable_f16,
         } = variant;
-        let mut key = format!("{:p}/{entry}/{enable_f16}/{bounded}", source.as_ptr());
+        let bounded = checks.force_loop_bounding;
+        let mut key = format!(
+            "{:p}/{entry}/{enable_f16}/{bounded}/{}",
+            source.as_ptr(),
+            checks.bounds_checks
+        );
         for (k, v) in consts.iter().chain(replace) {
             key.push_str(&format!("/{k}={v}"));
         }
@@ -464,15 +503,11 @@ impl Gpu {
             label: Some(entry),
             source: wgpu::ShaderSource::Wgsl(code.into()),
         };
-        let module = if bounded {
+        let module = if bounded && checks.bounds_checks {
             self.device.create_shader_module(desc)
         } else {
-            let checks = wgpu::ShaderRuntimeChecks {
-                force_loop_bounding: false,
-                ..wgpu::ShaderRuntimeChecks::checked()
-            };
-            // SAFETY: `pipeline_unbounded`'s callers promise that every loop
-            // of the entry ends; every other runtime check stays on.
+            // SAFETY: the callers of `pipeline_unbounded` and
+            // `pipeline_unchecked` promise what the checks they drop guard.
             unsafe { self.device.create_shader_module_trusted(desc, checks) }
         };
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {

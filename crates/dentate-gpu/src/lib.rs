@@ -209,12 +209,13 @@ pub struct GpuOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmShape {
     /// Dimensions per slab staged in workgroup memory: 16 or 32 (32 needs
-    /// 24 KiB of workgroup memory, else 16 runs).
+    /// 24 KiB of workgroup memory with 4-query tiles and 32 KiB with 8,
+    /// else 16 runs).
     pub slab: u32,
     /// Load the next slab from global memory while multiplying this one.
     pub prefetch: bool,
-    /// Queries of a thread's register tile (× 8 rows): 4 or 8 (8 runs with
-    /// slabs of 16 dimensions).
+    /// Queries of a thread's register tile (× 8 rows): 4 or 8 (8 needs 16
+    /// KiB of workgroup memory, else 4 runs).
     pub queries: u32,
     /// The kernels of exact search (the GEMM, its selection and merges)
     /// compiled without wgpu's loop bounding (a 64-bit counter wgpu adds
@@ -222,19 +223,27 @@ pub struct GemmShape {
     /// construction, and without the counter `gemm_keep` ran 1.13× as
     /// fast on an H200).
     pub unbounded: bool,
+    /// `unbounded`, and the GEMM (`gemm`, `gemm_keep`) compiled without
+    /// bounds checks too (for measuring what they cost; every index it
+    /// takes is in range by construction).
+    pub unchecked: bool,
+    /// Threads of a workgroup: 256 (tiles of 16 × `queries` queries) or
+    /// 128 (8 × `queries`; with slabs of 16 dimensions, else 256 run).
+    pub threads: u32,
 }
 
-/// Slabs of 16 dimensions, no prefetch, 8-query register tiles, no loop
-/// bounding: the fastest of [`GemmShape::ALL`] on an H200 (BENCHMARKS.md).
+/// Slabs of 16 dimensions, no prefetch, 8-query register tiles,
+/// 128-thread workgroups, no loop bounding and no bounds checks in the
+/// GEMM: the fastest of [`GemmShape::ALL`] on an H200 (BENCHMARKS.md).
 impl Default for GemmShape {
     fn default() -> Self {
-        GemmShape::new(16, false, 8).unbounded()
+        GemmShape::new(16, false, 8).threads(128).unchecked()
     }
 }
 
 impl GemmShape {
     /// Every shape, for measuring them.
-    pub const ALL: [GemmShape; 7] = [
+    pub const ALL: [GemmShape; 13] = [
         GemmShape::new(16, false, 4),
         GemmShape::new(16, true, 4),
         GemmShape::new(32, false, 4),
@@ -242,6 +251,12 @@ impl GemmShape {
         GemmShape::new(16, false, 8),
         GemmShape::new(16, false, 4).unbounded(),
         GemmShape::new(16, false, 8).unbounded(),
+        GemmShape::new(32, false, 8).unbounded(),
+        GemmShape::new(32, true, 8).unbounded(),
+        GemmShape::new(16, false, 8).unchecked(),
+        GemmShape::new(32, false, 8).unchecked(),
+        GemmShape::new(16, false, 8).threads(128).unbounded(),
+        GemmShape::new(16, false, 4).threads(128).unbounded(),
     ];
 
     const fn new(slab: u32, prefetch: bool, queries: u32) -> Self {
@@ -250,6 +265,8 @@ impl GemmShape {
             prefetch,
             queries,
             unbounded: false,
+            unchecked: false,
+            threads: 256,
         }
     }
 
@@ -258,10 +275,23 @@ impl GemmShape {
         self
     }
 
+    const fn threads(mut self, threads: u32) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    const fn unchecked(mut self) -> Self {
+        self.unbounded = true;
+        self.unchecked = true;
+        self
+    }
+
     /// Parses a slab (`16` or `32`) followed by any of `prefetch`, `q4`
     /// and `q8` (4- or 8-query register tiles; 4 unless `q8`) and
-    /// `unbounded` (no loop bounding), comma-separated: `16`,
-    /// `32,prefetch`, `16,q8,unbounded`.
+    /// `t128` (128-thread workgroups), `unbounded` (no loop bounding) or
+    /// `unchecked` (no loop bounding, and no bounds checks in the GEMM),
+    /// comma-separated: `16`,
+    /// `32,prefetch`, `16,q8,t128,unchecked`.
     pub fn parse(s: &str) -> Result<Self> {
         let mut shape = GemmShape::new(16, false, 4);
         for part in s.split(',').map(str::trim) {
@@ -271,10 +301,16 @@ impl GemmShape {
                 "prefetch" => shape.prefetch = true,
                 "q4" => shape.queries = 4,
                 "q8" => shape.queries = 8,
+                "t128" => shape.threads = 128,
+                "t256" => shape.threads = 256,
                 "unbounded" => shape.unbounded = true,
+                "unchecked" => {
+                    shape.unbounded = true;
+                    shape.unchecked = true;
+                }
                 _ => {
                     return Err(GpuError::Unsupported(format!(
-                        "GEMM shape {s:?}: expected 16 or 32, then optionally \",prefetch\", \",q8\" or \",q4\", \",unbounded\""
+                        "GEMM shape {s:?}: expected 16 or 32, then optionally \",prefetch\", \",q8\" or \",q4\", \",t128\", \",unbounded\" or \",unchecked\""
                     )));
                 }
             }
@@ -287,11 +323,18 @@ impl std::fmt::Display for GemmShape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}{}{}{}",
+            "{}{}{}{}{}",
             self.slab,
             if self.prefetch { ",prefetch" } else { "" },
             if self.queries == 8 { ",q8" } else { "" },
-            if self.unbounded { ",unbounded" } else { "" }
+            if self.threads == 128 { ",t128" } else { "" },
+            if self.unchecked {
+                ",unchecked"
+            } else if self.unbounded {
+                ",unbounded"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -696,9 +739,9 @@ mod tests {
         for shape in GemmShape::ALL {
             assert_eq!(GemmShape::parse(&shape.to_string()).unwrap(), shape);
         }
-        assert_eq!(GemmShape::default().to_string(), "16,q8,unbounded");
         assert_eq!(GemmShape::parse("32, prefetch").unwrap(), GemmShape::ALL[3]);
-        assert_eq!(GemmShape::parse("q8,unbounded,16").unwrap(), GemmShape::default());
+        assert_eq!(GemmShape::parse("q8,unchecked,t128,16").unwrap(), GemmShape::default());
+        assert_eq!(GemmShape::default().to_string(), "16,q8,t128,unchecked");
         assert!(GemmShape::parse("24").is_err());
         assert!(GemmShape::parse("16,q9").is_err());
     }

@@ -34,7 +34,7 @@ pub(crate) fn seg_len(gpu: &Gpu) -> usize {
     seg
 }
 
-/// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 × that
+/// Queries per thread of `gemm` for a batch of `nq` (a tile is 16 or 8 × that
 /// many queries): the shape's register tile (4 or 8 queries × 8 rows) once
 /// the batch fills a tile of them, one query per thread below. 8-query
 /// tiles only over `transposed` queries (one vec4 load per four queries
@@ -49,9 +49,26 @@ pub(crate) fn queries_per_thread(gpu: &Gpu, nq: usize, transposed: bool) -> usiz
 }
 
 /// Floats per dimension of a transposed batch of `nq` queries staged by
-/// tiles of `16 · tq` queries: whole tiles, so no load passes the end.
-fn transposed_stride(nq: usize, tq: usize) -> usize {
-    nq.next_multiple_of(16 * tq)
+/// tiles of `tile` queries: whole tiles, so no load passes the end.
+fn transposed_stride(nq: usize, tile: usize) -> usize {
+    nq.next_multiple_of(tile)
+}
+
+/// Threads of a `gemm` workgroup for `tq` queries a thread: the shape's
+/// (256, or 128 with slabs of 16 dimensions).
+fn gemm_threads(gpu: &Gpu) -> usize {
+    let shape = gemm_shape(gpu);
+    if shape.threads == 128 && shape.slab == 16 {
+        128
+    } else {
+        256
+    }
+}
+
+/// Queries of a `gemm` tile with `tq` queries a thread (16 threads share
+/// a query's 128 rows).
+pub(crate) fn tile_queries(gpu: &Gpu, tq: usize) -> usize {
+    gemm_threads(gpu) / 16 * tq
 }
 
 /// Queries per batch whose transposed copy (`d` × [`transposed_stride`]
@@ -300,8 +317,9 @@ const BLOCK_ROWS: usize = 1 << 17;
 
 /// A batch of at most `nq` queries: blocks of up to [`BLOCK_ROWS`] rows
 /// (whole segments, within a chunk and one dispatch), then as many queries
-/// as keep the block's scores and partial lists within [`BATCH_BYTES`] and
-/// one binding (at least one query).
+/// as keep the block's scores, partial lists and survivors (a segment's
+/// worth a query) each within [`BATCH_BYTES`] and one binding (at least
+/// one query).
 fn batch(nq: usize, n: usize, chunk_rows: usize, kk: usize, maxb: u64, max_groups: usize, seg: usize) -> Batch {
     let budget = BATCH_BYTES.min(maxb);
     let rows = n
@@ -309,7 +327,9 @@ fn batch(nq: usize, n: usize, chunk_rows: usize, kk: usize, maxb: u64, max_group
         .min(max_groups * TILE_ROWS)
         .min(BLOCK_ROWS)
         .next_multiple_of(seg);
-    let per_query = (rows as u64 * 4).max((rows / seg * kk) as u64 * CAND_BYTES);
+    let per_query = (rows as u64 * 4)
+        .max((rows / seg * kk) as u64 * CAND_BYTES)
+        .max(seg as u64 * 8);
     let nb = nq.min(max_groups).min((budget / per_query) as usize).max(1);
     Batch { nb, rows }
 }
@@ -341,6 +361,13 @@ impl GpuState {
                 "16 queries of {d} dimensions exceed one storage binding"
             )));
         }
+        // The GEMM reads a tombstone bit and a bias for every row (without
+        // bounds checks in an `unchecked` shape): both must cover the base.
+        if base.alive.is_some_and(|a| a.len() < n) || base.bias.is_some_and(|b| b.len() < n) {
+            return Err(GpuError::Unsupported(format!(
+                "tombstones or biases cover fewer than the base's {n} rows"
+            )));
+        }
         let seg = seg_len(gpu);
         let sel = exact_pipeline(gpu, "segsel", 1, false).await?;
         let survsel = exact_pipeline(gpu, "survsel", 1, false).await?;
@@ -360,7 +387,7 @@ impl GpuState {
             let nb = b.nb;
             let segs = b.rows / seg;
             let tq = queries_per_thread(gpu, nb, true);
-            let qt = transposed_stride(nb, tq);
+            let qt = transposed_stride(nb, tile_queries(gpu, tq));
             let gemm = exact_pipeline(gpu, "gemm", tq, f16).await?;
             let gemm_keep = exact_pipeline(gpu, "gemm_keep", tq, f16).await?;
             let merger = Merger::new(gpu, nb, kk).await?;
@@ -456,7 +483,7 @@ impl GpuState {
                         alive_buf.as_ref().unwrap_or(&dummy),
                         bias_buf.as_ref().unwrap_or(&dummy),
                     ];
-                    let grid = (blk_rows, nb.div_ceil(16 * tq));
+                    let grid = (blk_rows, nb.div_ceil(tile_queries(gpu, tq)));
                     if keep {
                         let sel = [(12, &threshold), (18, &surv), (19, &kept)];
                         record_gemm(gpu, &mut enc, &gemm_keep, &params, inputs, &scores, grid, &sel);
@@ -584,7 +611,7 @@ impl GpuState {
                         &params,
                         inputs,
                         &mat,
-                        (blk_rows, nb.div_ceil(16 * tq)),
+                        (blk_rows, nb.div_ceil(tile_queries(gpu, tq))),
                         &[],
                     );
                     blk0 += blk_rows;
@@ -600,23 +627,18 @@ impl GpuState {
 }
 
 /// The shape `gemm` runs with on `gpu`: the one asked for, with slabs of
-/// 16 dimensions where 32 do not fit the workgroup memory (16 × the
-/// register tile's queries and 128 rows of a slab, f32) or the tile has 8
-/// queries, and 4-query tiles where 8 do not fit (16 KiB).
+/// 16 dimensions where 32 do not fit the workgroup memory (the slab × the
+/// register tile's 16 × queries and 128 rows, f32), and 4-query tiles
+/// where 8 do not fit with slabs of 16 (16 KiB).
 pub(crate) fn gemm_shape(gpu: &Gpu) -> GemmShape {
     let mut shape = gpu.gemm;
     let mem = u64::from(gpu.limits.max_compute_workgroup_storage_size);
     let need = |slab: u32, queries: u32| u64::from(slab) * (16 * u64::from(queries) + TILE_ROWS as u64) * 4;
-    if shape.queries == 8 {
-        // A slab of 128 queries × 32 dimensions is more than the two vec4s
-        // a thread stages.
-        shape.slab = 16;
-        if need(16, 8) > mem {
-            shape.queries = 4;
-        }
-    }
     if shape.slab != 16 && need(shape.slab, shape.queries) > mem {
         shape.slab = 16;
+    }
+    if shape.queries == 8 && need(shape.slab, 8) > mem {
+        shape.queries = 4;
     }
     shape
 }
@@ -626,6 +648,7 @@ pub(crate) async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool)
     let shape = gemm_shape(gpu);
     let consts = [
         ("TQ", format!("{tq}u")),
+        ("WG", format!("{}u", gemm_threads(gpu))),
         ("F16", f16.to_string()),
         ("SEG", format!("{}u", seg_len(gpu))),
         ("BK", format!("{}u", shape.slab)),
@@ -645,6 +668,18 @@ pub(crate) async fn exact_pipeline(gpu: &Gpu, entry: &str, tq: usize, f16: bool)
         // block's segments (a count, stepped by 1). `merge`: slots below
         // K (lists of K candidates within a binding: K < 2^27) stepped by
         // 64, and a binary search whose interval shrinks every step.
+        if shape.unchecked && (entry == "gemm" || entry == "gemm_keep") {
+            // SAFETY: the loops as above. Indices: workgroup slabs by
+            // li (< WG) plus constant multiples of WG below the slab's
+            // size, and by kk < BK and tr < 16 in `tile`; the base only
+            // below the chunk's panels and dimension (`load_base`), the
+            // queries only for dimensions below P.d and query slots the
+            // host zero-padded to P.qt (or below P.nq), scores, bias,
+            // alive bits and thresholds only for queries below P.nq and
+            // rows below the block's end, which the host sizes each
+            // binding for; survivors only below SEG a query.
+            return unsafe { gpu.pipeline_unchecked(wgsl::TOPK, entry, &consts) }.await;
+        }
         return unsafe { gpu.pipeline_unbounded(wgsl::TOPK, entry, &consts) }.await;
     }
     gpu.pipeline(wgsl::TOPK, entry, &consts, &[], false).await
@@ -721,10 +756,35 @@ const _: () = assert!(PANEL == 16);
 
 #[cfg(test)]
 mod tests {
-    use super::{transposed_batch, transposed_stride};
+    use super::{CAND_BYTES, batch, transposed_batch, transposed_stride};
 
     /// Every batch up to the limit, with whichever tile it gets, keeps its
     /// transposed queries within one binding.
+    /// Every buffer a batch sizes by its queries fits one binding: the
+    /// block's scores, the segments' lists and the survivors (a short
+    /// base's block is shorter than the survivors' segment).
+    #[test]
+    fn batches_fit_a_binding() {
+        for maxb in [128u64 << 20, 2047 << 20] {
+            for seg in [1_024, 2_048, 4_096] {
+                for n in [1, 2_000, 5_000, 100_000, 1_000_000] {
+                    for kk in [1, 10, 1_024] {
+                        let b = batch(100_000, n, 1 << 20, kk, maxb, 65_535, seg);
+                        let nb = b.nb as u64;
+                        let segs = (b.rows / seg) as u64;
+                        for (what, bytes) in [
+                            ("scores", nb * b.rows as u64 * 4),
+                            ("lists", nb * segs * kk as u64 * CAND_BYTES),
+                            ("survivors", nb * seg as u64 * 8),
+                        ] {
+                            assert!(bytes <= maxb, "{what}: {bytes} > {maxb} (n {n}, seg {seg}, k {kk})");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn transposed_batches_fit_a_binding() {
         for maxb in [64u64 << 10, 100_000, 1 << 20, 128 << 20, 2047 << 20] {
@@ -745,7 +805,8 @@ mod tests {
                             _ => true,
                         };
                         if possible {
-                            let bytes = (d * transposed_stride(nb, tq) * 4) as u64;
+                            // The largest tile a tq has (256 threads).
+                            let bytes = (d * transposed_stride(nb, 16 * tq) * 4) as u64;
                             assert!(bytes <= maxb, "{nb} × {d} with tq {tq}: {bytes} > {maxb}");
                         }
                     }

@@ -422,18 +422,8 @@ impl Gpu {
         entry: &str,
         consts: &[(&str, String)],
     ) -> Result<Arc<Kernel>> {
-        let variant = Variant {
-            source,
-            entry,
-            consts,
-            replace: &[],
-            enable_f16: false,
-        };
-        let checks = wgpu::ShaderRuntimeChecks {
-            force_loop_bounding: false,
-            ..wgpu::ShaderRuntimeChecks::checked()
-        };
-        self.compile(variant, checks).await
+        // SAFETY: passed on to the caller.
+        unsafe { self.pipeline_trusted(source, entry, consts, true) }.await
     }
 
     /// [`Gpu::pipeline_unbounded`] compiled without bounds checks too
@@ -451,6 +441,23 @@ impl Gpu {
         entry: &str,
         consts: &[(&str, String)],
     ) -> Result<Arc<Kernel>> {
+        // SAFETY: passed on to the caller.
+        unsafe { self.pipeline_trusted(source, entry, consts, false) }.await
+    }
+
+    /// A pipeline without loop bounding, with or without bounds checks.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Gpu::pipeline_unbounded`], or [`Gpu::pipeline_unchecked`]
+    /// without `bounds_checks`.
+    async unsafe fn pipeline_trusted(
+        &self,
+        source: &'static str,
+        entry: &str,
+        consts: &[(&str, String)],
+        bounds_checks: bool,
+    ) -> Result<Arc<Kernel>> {
         let variant = Variant {
             source,
             entry,
@@ -459,7 +466,7 @@ impl Gpu {
             enable_f16: false,
         };
         let checks = wgpu::ShaderRuntimeChecks {
-            bounds_checks: false,
+            bounds_checks,
             force_loop_bounding: false,
             ..wgpu::ShaderRuntimeChecks::checked()
         };

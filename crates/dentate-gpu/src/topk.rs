@@ -54,15 +54,10 @@ fn transposed_stride(nq: usize, tile: usize) -> usize {
     nq.next_multiple_of(tile)
 }
 
-/// Threads of a `gemm` workgroup for `tq` queries a thread: the shape's
-/// (256, or 128 with slabs of 16 dimensions).
+/// Threads of a `gemm` workgroup: the shape's (256, or 128 where its
+/// slabs are 16 dimensions).
 fn gemm_threads(gpu: &Gpu) -> usize {
-    let shape = gemm_shape(gpu);
-    if shape.threads == 128 && shape.slab == 16 {
-        128
-    } else {
-        256
-    }
+    gemm_shape(gpu).threads as usize
 }
 
 /// Queries of a `gemm` tile with `tq` queries a thread (16 threads share
@@ -628,8 +623,9 @@ impl GpuState {
 
 /// The shape `gemm` runs with on `gpu`: the one asked for, with slabs of
 /// 16 dimensions where 32 do not fit the workgroup memory (the slab × the
-/// register tile's 16 × queries and 128 rows, f32), and 4-query tiles
-/// where 8 do not fit with slabs of 16 (16 KiB).
+/// register tile's 16 × queries and 128 rows, f32), 4-query tiles where
+/// 8 do not fit with slabs of 16 (16 KiB), and 256 threads with slabs of
+/// 32.
 pub(crate) fn gemm_shape(gpu: &Gpu) -> GemmShape {
     let mut shape = gpu.gemm;
     let mem = u64::from(gpu.limits.max_compute_workgroup_storage_size);
@@ -639,6 +635,11 @@ pub(crate) fn gemm_shape(gpu: &Gpu) -> GemmShape {
     }
     if shape.queries == 8 && need(shape.slab, 8) > mem {
         shape.queries = 4;
+    }
+    // 128 threads stage a slab of 32 dimensions in more vec4s than a
+    // thread holds.
+    if shape.slab != 16 {
+        shape.threads = 256;
     }
     shape
 }

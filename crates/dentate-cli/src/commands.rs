@@ -143,6 +143,10 @@ pub enum DataCommand {
     /// Build the real-embedding benchmark set from the Rust documentation:
     /// ≥ 100,000 distinct English sentences, embedded, with exact top-100 truth.
     Rustdocs(crate::embedcmd::RustdocsArgs),
+    /// Build a second real-embedding set, from the docstrings of Python's
+    /// standard library: distinct English sentences, embedded, with exact
+    /// top-100 truth.
+    Pydocs(crate::embedcmd::PydocsArgs),
     /// Write a synthetic clustered set: base.fvecs, queries.fvecs, gt.ivecs (exact top-100).
     Synth {
         /// Output directory.
@@ -508,6 +512,7 @@ pub(crate) fn index(c: IndexCommand) -> Res<()> {
 pub(crate) fn data(c: DataCommand) -> Res<()> {
     match c {
         DataCommand::Rustdocs(a) => crate::embedcmd::rustdocs(&a),
+        DataCommand::Pydocs(a) => crate::embedcmd::pydocs(&a),
         DataCommand::Synth {
             out,
             n,

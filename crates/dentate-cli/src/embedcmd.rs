@@ -1,4 +1,4 @@
-//! `dentate embed`, `dentate model fetch`, `dentate data rustdocs`.
+//! `dentate embed`, `dentate model fetch`, `dentate data rustdocs|pydocs`.
 
 use crate::shared::{EmbedderArgs, Res, embed_all, load_truth, make_embedder};
 use clap::{Args, Subcommand};
@@ -93,74 +93,149 @@ pub struct RustdocsArgs {
 }
 
 pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
-    let e = make_embedder(&a.embedder)?;
-    let out = a
-        .out
+    let roots = if a.docs.is_empty() {
+        vec![crate::rustdocs::docs_root()?]
+    } else {
+        a.docs.clone()
+    };
+    let source = SetSource {
+        name: "rustdocs",
+        what: "docs",
+        extractor: crate::rustdocs::EXTRACTOR_VERSION,
+        roots_arg: &a.docs,
+        roots,
+        collect: |roots, progress| crate::rustdocs::collect(roots, progress),
+    };
+    build_set(&source, &a.out, a.n, a.queries, a.seed, &a.embedder)
+}
+
+/// Arguments of `dentate data pydocs`.
+#[derive(Args, Debug)]
+pub struct PydocsArgs {
+    /// Output folder (default: <cache>/bench/pydocs-<embedder>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Base sentences (default: every distinct sentence not drawn as a query).
+    #[arg(long)]
+    pub n: Option<usize>,
+    /// Query sentences (disjoint from the base).
+    #[arg(long, default_value_t = 1_000)]
+    pub queries: usize,
+    /// Source folders to read, in order (repeatable; default: the standard
+    /// library of the `python3` on the PATH).
+    #[arg(long = "src")]
+    pub src: Vec<PathBuf>,
+    /// Seed of the base/query split.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub embedder: EmbedderArgs,
+}
+
+pub fn pydocs(a: &PydocsArgs) -> Res<()> {
+    let roots = if a.src.is_empty() {
+        vec![crate::pydocs::stdlib_root()?]
+    } else {
+        a.src.clone()
+    };
+    let source = SetSource {
+        name: "pydocs",
+        what: "sources",
+        extractor: crate::pydocs::EXTRACTOR_VERSION,
+        roots_arg: &a.src,
+        roots,
+        collect: |roots, progress| crate::pydocs::collect(roots, progress),
+    };
+    build_set(&source, &a.out, a.n, a.queries, a.seed, &a.embedder)
+}
+
+/// Where a real-embedding set's sentences come from.
+struct SetSource<'a> {
+    /// The set's name (`<cache>/bench/<name>-<embedder>`).
+    name: &'a str,
+    /// What the roots hold, for messages.
+    what: &'a str,
+    /// The extractor's version, recorded in `meta.json`.
+    extractor: u32,
+    /// The roots as given on the command line (recorded; empty: default).
+    roots_arg: &'a [PathBuf],
+    /// The folders read.
+    roots: Vec<PathBuf>,
+    /// Distinct sentences under the roots, in a deterministic order.
+    collect: Collect,
+}
+
+/// Distinct sentences under some roots, with a progress callback (files
+/// read, files in all).
+type Collect = fn(&[PathBuf], &(dyn Fn(usize, usize) + Sync)) -> Vec<String>;
+
+/// Builds a set in `out` (or the cache): a seeded split of the source's
+/// distinct sentences into `n` base and `queries` query sentences, both
+/// embedded, with the exact top-100 of every query; an up-to-date set
+/// (same `meta.json` inputs) is left alone.
+fn build_set(
+    src: &SetSource<'_>,
+    out: &Option<PathBuf>,
+    n: Option<usize>,
+    queries: usize,
+    seed: u64,
+    embedder: &EmbedderArgs,
+) -> Res<()> {
+    let e = make_embedder(embedder)?;
+    let out = out
         .clone()
-        .unwrap_or_else(|| cache_dir().join("bench").join(format!("rustdocs-{}", e.name())));
+        .unwrap_or_else(|| cache_dir().join("bench").join(format!("{}-{}", src.name, e.name())));
     let meta_path = out.join("meta.json");
-    let want = serde_json::json!({"extractor": crate::rustdocs::EXTRACTOR_VERSION, "n_requested": a.n, "docs": a.docs, "queries": a.queries, "seed": a.seed, "embedder": e.name(), "dim": e.dim(), "gt_k": 100});
+    let want = serde_json::json!({"source": src.name, "extractor": src.extractor, "n_requested": n, src.what: src.roots_arg, "queries": queries, "seed": seed, "embedder": e.name(), "dim": e.dim(), "gt_k": 100});
     if let Ok(old) = std::fs::read_to_string(&meta_path)
         && let Ok(old) = serde_json::from_str::<serde_json::Value>(&old)
-        && [
-            "extractor",
-            "n_requested",
-            "docs",
-            "queries",
-            "seed",
-            "embedder",
-            "dim",
-            "gt_k",
-        ]
-        .iter()
-        .all(|k| old.get(k) == want.get(k))
+        && want
+            .as_object()
+            .is_some_and(|w| w.iter().all(|(k, v)| old.get(k) == Some(v)))
     {
         eprintln!("{} is up to date ({}); delete it to rebuild", out.display(), want);
         println!("{}", out.display());
         return Ok(());
     }
     std::fs::create_dir_all(&out)?;
-    let roots = if a.docs.is_empty() {
-        vec![crate::rustdocs::docs_root()?]
-    } else {
-        a.docs.clone()
-    };
-    if let Some(missing) = roots.iter().find(|r| !r.is_dir()) {
+    if let Some(missing) = src.roots.iter().find(|r| !r.is_dir()) {
         return Err(format!("{} is not a folder", missing.display()).into());
     }
     let pb = ProgressBar::new(0);
     pb.set_style(
-        ProgressStyle::with_template("reading docs {bar:40} {pos}/{len} files [{elapsed}]")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(&format!(
+            "reading {} {{bar:40}} {{pos}}/{{len}} files [{{elapsed}}]",
+            src.what
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let all = crate::rustdocs::collect(&roots, |i, total| {
+    let all = (src.collect)(&src.roots, &|i, total| {
         pb.set_length(total as u64);
         pb.set_position(i as u64);
     });
     pb.finish_and_clear();
-    let n = a.n.unwrap_or(all.len().saturating_sub(a.queries));
-    let need = n + a.queries;
-    if all.len() < need || n == 0 || a.queries == 0 {
+    let n = n.unwrap_or(all.len().saturating_sub(queries));
+    let need = n + queries;
+    if all.len() < need || n == 0 || queries == 0 {
         return Err(format!(
-            "{} distinct sentences under {}, need {n} base + {} queries (both > 0)",
+            "{} distinct sentences under {}, need {n} base + {queries} queries (both > 0)",
             all.len(),
-            roots
+            src.roots
                 .iter()
                 .map(|r| r.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            a.queries
         )
         .into());
     }
-    let mut order = Rng::new(a.seed).sample_indices(all.len(), need);
+    let mut order = Rng::new(seed).sample_indices(all.len(), need);
     let qidx = order.split_off(n);
     let base: Vec<&str> = order.iter().map(|&i| all[i].as_str()).collect();
-    let queries: Vec<&str> = qidx.iter().map(|&i| all[i].as_str()).collect();
+    let query_text: Vec<&str> = qidx.iter().map(|&i| all[i].as_str()).collect();
     write_lines(&out.join("sentences.txt"), &base)?;
-    write_lines(&out.join("queries.txt"), &queries)?;
+    write_lines(&out.join("queries.txt"), &query_text)?;
     let (bv, rate) = embed_all(e.as_ref(), &base, "embedding base")?;
-    let (qv, _) = embed_all(e.as_ref(), &queries, "embedding queries")?;
+    let (qv, _) = embed_all(e.as_ref(), &query_text, "embedding queries")?;
     let d = e.dim();
     write_fvecs(&out.join("base.fvecs"), &bv, d)?;
     write_fvecs(&out.join("queries.fvecs"), &qv, d)?;
@@ -171,7 +246,7 @@ pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
     };
     let qm = Matrix {
         data: qv,
-        rows: a.queries,
+        rows: queries,
         cols: d,
     };
     let truth = load_truth(None, &bm, &qm, 100.min(n), true)?;
@@ -180,14 +255,19 @@ pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
     let mut meta = want;
     meta["n"] = n.into();
     meta["distinct_sentences"] = all.len().into();
-    meta["docs_roots"] = roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().into();
+    meta[format!("{}_roots", src.what)] = src
+        .roots
+        .iter()
+        .map(|r| r.display().to_string())
+        .collect::<Vec<_>>()
+        .into();
     meta["sentences_per_s"] = ((rate * 10.0).round() / 10.0).into();
     dentate_core::io::write_atomic(&meta_path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
     eprintln!(
         "{} distinct sentences; wrote {} base + {} queries ({d}-d, {}) at {rate:.1} sentences/s",
         all.len(),
         n,
-        a.queries,
+        queries,
         e.name()
     );
     println!("{}", out.display());

@@ -5,6 +5,7 @@ mod commands;
 mod embedcmd;
 mod evalplot;
 mod memcmd;
+mod pydocs;
 mod report;
 mod rustdocs;
 mod servecmd;

@@ -404,18 +404,34 @@ pub fn page_sentences(root: &Path, path: &Path, html: &str) -> Vec<String> {
 }
 
 /// Distinct sentences of every page under the `roots`, in first-seen
-/// order of the roots and their sorted file lists (pages are read in
-/// parallel; the order does not depend on the thread count).
+/// order of the roots and their sorted file lists.
 pub fn collect(roots: &[PathBuf], progress: impl Fn(usize, usize) + Sync) -> Vec<String> {
     let files: Vec<(&Path, PathBuf)> = roots
         .iter()
         .flat_map(|r| html_files(r).into_iter().map(move |f| (r.as_path(), f)))
         .collect();
+    distinct_sentences(
+        &files,
+        |(_, f)| f.as_path(),
+        |(root, f), html| page_sentences(root, f, html),
+        progress,
+    )
+}
+
+/// The distinct sentences `extract` finds in the text of each of `files`
+/// (each read from `path(file)`), in first-seen order (read in parallel; the order does not
+/// depend on the thread count; unreadable files give none).
+pub fn distinct_sentences<T: Sync>(
+    files: &[T],
+    path: impl Fn(&T) -> &Path + Sync,
+    extract: impl Fn(&T, &str) -> Vec<String> + Sync,
+    progress: impl Fn(usize, usize) + Sync,
+) -> Vec<String> {
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let per_page: Vec<Vec<String>> = files
+    let per_file: Vec<Vec<String>> = files
         .par_iter()
-        .map(|(root, f)| {
-            let s = std::fs::read_to_string(f).map_or_else(|_| Vec::new(), |h| page_sentences(root, f, &h));
+        .map(|f| {
+            let s = std::fs::read_to_string(path(f)).map_or_else(|_| Vec::new(), |text| extract(f, &text));
             let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             progress(n, files.len());
             s
@@ -423,7 +439,7 @@ pub fn collect(roots: &[PathBuf], progress: impl Fn(usize, usize) + Sync) -> Vec
         .collect();
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    for s in per_page.into_iter().flatten() {
+    for s in per_file.into_iter().flatten() {
         if seen.insert(s.clone()) {
             out.push(s);
         }

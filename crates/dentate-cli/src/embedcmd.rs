@@ -69,10 +69,10 @@ pub fn model(c: ModelCommand) -> Res<()> {
     }
 }
 
-/// Arguments of `dentate data rustdocs`.
+/// What every real-embedding set takes besides its source folders.
 #[derive(Args, Debug)]
-pub struct RustdocsArgs {
-    /// Output folder (default: <cache>/bench/rustdocs-<embedder>).
+pub struct SetArgs {
+    /// Output folder (default: <cache>/bench/<source>-<embedder>).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Base sentences (default: every distinct sentence not drawn as a query).
@@ -81,15 +81,22 @@ pub struct RustdocsArgs {
     /// Query sentences (disjoint from the base).
     #[arg(long, default_value_t = 1_000)]
     pub queries: usize,
-    /// Documentation folders to read, in order (repeatable; default: the
-    /// active toolchain's `share/doc/rust/html`).
-    #[arg(long = "docs")]
-    pub docs: Vec<PathBuf>,
     /// Seed of the base/query split.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
+}
+
+/// Arguments of `dentate data rustdocs`.
+#[derive(Args, Debug)]
+pub struct RustdocsArgs {
+    /// Documentation folders to read, in order (repeatable; default: the
+    /// active toolchain's `share/doc/rust/html`).
+    #[arg(long = "docs")]
+    pub docs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub set: SetArgs,
 }
 
 pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
@@ -106,30 +113,18 @@ pub fn rustdocs(a: &RustdocsArgs) -> Res<()> {
         roots,
         collect: |roots, progress| crate::rustdocs::collect(roots, progress),
     };
-    build_set(&source, &a.out, a.n, a.queries, a.seed, &a.embedder)
+    build_set(&source, &a.set)
 }
 
 /// Arguments of `dentate data pydocs`.
 #[derive(Args, Debug)]
 pub struct PydocsArgs {
-    /// Output folder (default: <cache>/bench/pydocs-<embedder>).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Base sentences (default: every distinct sentence not drawn as a query).
-    #[arg(long)]
-    pub n: Option<usize>,
-    /// Query sentences (disjoint from the base).
-    #[arg(long, default_value_t = 1_000)]
-    pub queries: usize,
     /// Source folders to read, in order (repeatable; default: the standard
     /// library of the `python3` on the PATH).
     #[arg(long = "src")]
     pub src: Vec<PathBuf>,
-    /// Seed of the base/query split.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
     #[command(flatten)]
-    pub embedder: EmbedderArgs,
+    pub set: SetArgs,
 }
 
 pub fn pydocs(a: &PydocsArgs) -> Res<()> {
@@ -146,7 +141,7 @@ pub fn pydocs(a: &PydocsArgs) -> Res<()> {
         roots,
         collect: |roots, progress| crate::pydocs::collect(roots, progress),
     };
-    build_set(&source, &a.out, a.n, a.queries, a.seed, &a.embedder)
+    build_set(&source, &a.set)
 }
 
 /// Where a real-embedding set's sentences come from.
@@ -169,18 +164,19 @@ struct SetSource<'a> {
 /// read, files in all).
 type Collect = fn(&[PathBuf], &(dyn Fn(usize, usize) + Sync)) -> Vec<String>;
 
-/// Builds a set in `out` (or the cache): a seeded split of the source's
-/// distinct sentences into `n` base and `queries` query sentences, both
+/// Builds a set in `set.out` (or the cache): a seeded split of the source's
+/// distinct sentences into `set.n` base and `set.queries` query sentences, both
 /// embedded, with the exact top-100 of every query; an up-to-date set
 /// (same `meta.json` inputs) is left alone.
-fn build_set(
-    src: &SetSource<'_>,
-    out: &Option<PathBuf>,
-    n: Option<usize>,
-    queries: usize,
-    seed: u64,
-    embedder: &EmbedderArgs,
-) -> Res<()> {
+fn build_set(src: &SetSource<'_>, set: &SetArgs) -> Res<()> {
+    let SetArgs {
+        out,
+        n,
+        queries,
+        seed,
+        embedder,
+    } = set;
+    let (n, queries, seed) = (*n, *queries, *seed);
     let e = make_embedder(embedder)?;
     let out = out
         .clone()

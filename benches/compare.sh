@@ -17,6 +17,10 @@
 #         PQ_RERANKS=0,4,8,16   OPQ_ITERATIONS (Dentate's: default per index kind)
 #       Engines alternate which runs first from one configuration to the
 #       next; the load average is logged into DIR/race.jsonl as comments.
+#       `dentate tune` (TUNE_TARGET, default 0.95) then chooses fast-scan
+#       settings over the same grid on rows drawn from the base, never on
+#       the race's queries, and its choices run as a series of their own
+#       ("[tune 0.95]"): the figure a user gets without a ground truth.
 #
 # DIR holds base.fvecs, queries.fvecs and gt.ivecs (e.g. from
 # `dentate data synth --out DIR` or `dentate data rustdocs`). Needs
@@ -68,6 +72,28 @@ if [[ "${1:-}" == "--race" ]]; then
             "$bin" bench "${files[@]}" --index ivffastscan --opq "${opq_it[@]}" --nlist "$nlist" --m "$m" \
                 --nprobe "$fs_nprobes" --rerank "$fs_reranks" | tee -a "$out"
         done
+    done
+    # Settings no one chose on these queries: `dentate tune` on rows drawn
+    # from the base (left out of its indexes), over the same fast-scan
+    # grid, plain and with OPQ; its choice is then run on the race's
+    # queries as its own labelled series.
+    tune_target=${TUNE_TARGET:-0.95}
+    for opq_flag in "" --opq; do
+        tune_cmd=("$bin" tune --base "$dir/base.fvecs" --target-recall "$tune_target" --k 10 --threads "$threads"
+            --nlist "${fs_nlists// /,}" --m "${fs_ms// /,}" --nprobe "$fs_nprobes" --rerank "$fs_reranks" --json $opq_flag)
+        note "${tune_cmd[*]}"
+        tuned=$("${tune_cmd[@]}" | tee -a "$out" | tail -1) || tuned=""
+        chosen=$(python3 -c 'import json, sys
+c = json.loads(sys.argv[1] or "{}").get("chosen")
+print(" ".join(str(c[k]) for k in ("nlist", "m", "nprobe", "rerank")) if c else "")' "$tuned")
+        if [[ -z "$chosen" ]]; then
+            note "tune$opq_flag: no setting of the grid reached $tune_target on base rows"
+            continue
+        fi
+        read -r t_nlist t_m t_nprobe t_rerank <<< "$chosen"
+        note "$bin bench --index ivffastscan $opq_flag --nlist $t_nlist --m $t_m --nprobe $t_nprobe --rerank $t_rerank (tune's choice)"
+        "$bin" bench "${files[@]}" --index ivffastscan $opq_flag --nlist "$t_nlist" --m "$t_m" \
+            --nprobe "$t_nprobe" --rerank "$t_rerank" --label "tune $tune_target" | tee -a "$out"
     done
     pair "$(q "$bin" bench "${files[@]}" --index ivfpq --opq "${opq_it[@]}" --nlist "$pq_nlist" --m "$pq_m" --nprobe "$pq_nprobes" --rerank "$pq_reranks")" \
          "$(q python3 "$here/faiss_compare.py" "${files[@]}" --index ivfpq --opq --nlist "$pq_nlist" --m "$pq_m" --nprobe "$pq_nprobes" --rerank "$pq_reranks")"

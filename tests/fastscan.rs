@@ -10,7 +10,7 @@ use dentate::fastscan::{QuantizedTables, block_sums, pack_codes, padded_m};
 use dentate::{
     Bitset, Cand, Compute, CpuCompute, Error, Index, IndexKind, InvList, InvertedRef, Isa, IvfParts, IvfPlan,
     IvfPqConfig, IvfPqIndex, IvfSearchParams, PqCodes, PqTrainConfig, Probe, ProductQuantizer, SalienceParams,
-    StoreFormat, TuneConfig, default_compute, tune_fastscan,
+    StoreFormat, TuneConfig, default_compute, split_queries, tune_fastscan, tune_fastscan_from_base,
 };
 use proptest::prelude::*;
 
@@ -484,6 +484,8 @@ fn tune_finds_settings_that_reach_the_target() {
             .best
             .is_none()
     );
+    assert_eq!(out.held_aside_miss.is_some(), !out.safer.is_empty());
+    assert_eq!(out.holds_out(), best.holdout_recall >= 0.9);
     for bad in [0.0, 1.5, f64::NAN] {
         let mut b = cfg.clone();
         b.target_recall = bad;
@@ -496,4 +498,89 @@ fn tune_finds_settings_that_reach_the_target() {
         tune_fastscan(base, dim, &queries[..dim], &cfg, &mut |_| {}),
         Err(Error::InvalidParameter { name: "queries", .. })
     ));
+}
+
+/// When the fastest setting on the tuning queries misses the target on the
+/// held-aside ones, tuning says so and steps the same index up one notch
+/// of nprobe or re-rank at a time until the held-aside recall reaches it.
+/// The held-aside rows are made hard (random directions) and the tuning
+/// rows easy (copies of base rows), so the first choice must miss.
+#[test]
+fn tune_moves_to_safer_settings_when_the_held_aside_recall_misses() {
+    let dim = 32;
+    let n = 4000;
+    let base = synth(n, dim, 40, 37);
+    let hard = gaussian(200, dim, 38);
+    let mut cfg = TuneConfig::new(0.9);
+    cfg.nlists = vec![64];
+    cfg.ms = vec![16];
+    cfg.nprobes = vec![1, 2, 4, 8, 16, 32, 64];
+    cfg.reranks = vec![0, 4, 16];
+    let (held, tuning) = split_queries(200, &cfg);
+    assert_eq!((held.len(), tuning.len()), (100, 100));
+    let mut queries = vec![0f32; 200 * dim];
+    for &r in &held {
+        queries[r * dim..(r + 1) * dim].copy_from_slice(&hard[r * dim..(r + 1) * dim]);
+    }
+    for &r in &tuning {
+        let row = r * 17 % n;
+        queries[r * dim..(r + 1) * dim].copy_from_slice(&base[row * dim..(row + 1) * dim]);
+    }
+    let mut lines = Vec::new();
+    let out = tune_fastscan(&base, dim, &queries, &cfg, &mut |l| lines.push(l.to_string())).unwrap();
+    let miss = out
+        .held_aside_miss
+        .clone()
+        .expect("easy tuning queries, hard held-aside ones");
+    assert!(miss.recall >= 0.9 && miss.holdout_recall < 0.9, "{miss:?}");
+    assert!(
+        out.trials.iter().all(|t| t.qps <= miss.qps),
+        "the miss was the tuning winner"
+    );
+    assert!(lines.iter().any(|l| l.contains("misses the target")), "{lines:?}");
+    let best = out.best.clone().unwrap();
+    assert!(!out.safer.is_empty());
+    assert!(out.safer.contains(&best));
+    assert!(best.nprobe >= miss.nprobe && best.rerank >= miss.rerank);
+    assert!((best.nprobe, best.rerank) != (miss.nprobe, miss.rerank));
+    // Every step is one notch of one grid away from the setting before it.
+    let notch = |g: &[usize], a: usize, b: usize| {
+        g.iter().position(|&x| x == a).map(|i| i + 1) == g.iter().position(|&x| x == b)
+    };
+    for s in &out.safer {
+        assert_eq!((s.nlist, s.m), (miss.nlist, miss.m));
+    }
+    let exhausted = best.nprobe == 64 && best.rerank == 16;
+    assert!(out.holds_out() || exhausted, "{best:?}");
+    assert_eq!(out.holds_out(), best.holdout_recall >= 0.9);
+    assert!(
+        out.safer.iter().any(
+            |s| notch(&cfg.nprobes, miss.nprobe, s.nprobe) && s.rerank == miss.rerank
+                || notch(&cfg.reranks, miss.rerank, s.rerank) && s.nprobe == miss.nprobe
+        ),
+        "the first step is one notch from the miss"
+    );
+}
+
+/// Without queries of one's own, tuning draws them from the base and leaves
+/// them out of the indexes it builds.
+#[test]
+fn tune_from_base_rows() {
+    let dim = 32;
+    let n = 3000;
+    let base = synth(n, dim, 30, 39);
+    let mut cfg = TuneConfig::new(0.9);
+    cfg.nlists = vec![32];
+    cfg.ms = vec![16];
+    cfg.reranks = vec![4, 16];
+    let out = tune_fastscan_from_base(&base, dim, 200, &cfg, &mut |_| {}).unwrap();
+    assert_eq!(out.split, (100, 100));
+    let best = out.best.expect("a setting reaches 0.9");
+    assert!(best.recall >= 0.9);
+    for bad in [0, 1, n / 2 + 1] {
+        assert!(matches!(
+            tune_fastscan_from_base(&base, dim, bad, &cfg, &mut |_| {}),
+            Err(Error::InvalidParameter { name: "sample", .. })
+        ));
+    }
 }

@@ -244,10 +244,13 @@ class TuneResult(TypedDict):
     trials: list[TuneTrial]
     best_recall: list[tuple[int, int, float]]
     split: tuple[int, int]
+    held_aside_miss: Optional[TuneTrial]
+    safer: list[TuneTrial]
+    holds_out: bool
 
 def tune(
     base: _Rows,
-    queries: _Rows,
+    queries: Optional[_Rows],
     target_recall: float,
     *,
     k: int = 10,
@@ -258,9 +261,13 @@ def tune(
     opq: bool = False,
     holdout: float = 0.5,
     seed: int = 7,
+    sample: int = 1000,
 ) -> TuneResult:
     """The fastest fast-scan setting whose recall@k on part of ``queries``
-    reaches ``target_recall`` (the rest are held aside and only reported)."""
+    reaches ``target_recall``; the rest are held aside, and when the winner
+    misses the target there the same index steps to safer settings
+    (``held_aside_miss``, ``safer``, ``holds_out``). ``queries=None`` draws
+    ``sample`` base rows as queries, left out of the tuning indexes."""
 
 class Retrieved(TypedDict):
     """A memory, as :meth:`Memory.search` returns it."""

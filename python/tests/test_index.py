@@ -214,6 +214,16 @@ def test_tune_finds_settings_that_reach_the_target(data: npt.NDArray[np.float32]
     truth = exact_topk(data, q, 10)
     recall = np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth)])
     assert recall >= 0.85
+    assert out["holds_out"] == (best["holdout_recall"] >= 0.9)
+    assert (out["held_aside_miss"] is None) == (out["safer"] == [])
+
+
+def test_tune_from_base_rows(data: npt.NDArray[np.float32]) -> None:
+    out = dentate.tune(data, None, 0.9, nlists=[16], ms=[16], reranks=[4, 8], sample=100)
+    assert out["split"] == (50, 50)
+    assert out["best"] is not None and out["best"]["recall"] >= 0.9
+    with pytest.raises(dentate.InvalidParameterError):
+        dentate.tune(data, None, 0.9, nlists=[16], ms=[16], sample=1)
 
 
 def test_bm25_and_hybrid_search() -> None:

@@ -71,6 +71,11 @@ pub struct BenchArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// A name carried in every JSON row (`label`), e.g. who chose the
+    /// settings; `dentate bench-report` draws labelled rows as their own
+    /// series.
+    #[arg(long)]
+    pub label: Option<String>,
     /// Search this saved index (`dentate index build --output`) instead of
     /// building one; its build time is then not known (reported as 0).
     #[arg(long)]
@@ -208,6 +213,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             "nq": queries.rows,
             "precision": a.precision,
             "backend": backend,
+            "label": a.label,
         });
         if a.json {
             println!("{row}");

@@ -53,6 +53,10 @@ fn series(r: &Value) -> Option<(bool, String)> {
         (false, "flat") => "faiss IndexFlatIP".to_string(),
         _ => format!("{engine} {index}{}", if opq { " +OPQ" } else { "" }),
     };
+    let name = match r["label"].as_str() {
+        Some(label) => format!("{name} [{label}]"),
+        None => name,
+    };
     Some((dentate, name))
 }
 
@@ -204,6 +208,40 @@ pub fn run(a: &ReportArgs) -> Res<()> {
             println!();
         }
     }
+    // Labelled series (settings someone chose elsewhere, e.g. `dentate tune`
+    // on other queries) against the other engine's best at the highest
+    // target they reach; that best is chosen on the reported queries.
+    for ((dentate, name), pts) in groups.iter().filter(|((_, n), _)| n.ends_with(']')) {
+        for p in pts {
+            let rival = targets
+                .iter()
+                .filter(|&&t| p.recall >= t)
+                .max_by(|a, b| a.total_cmp(b))
+                .and_then(|&t| {
+                    groups
+                        .iter()
+                        .filter(|((d, n), _)| d != dentate && !n.ends_with(']'))
+                        .filter_map(|(_, q)| best_at(q, t))
+                        .max_by(|a, b| a.qps.total_cmp(&b.qps))
+                        .map(|f| (t, f))
+                });
+            match rival {
+                Some((t, f)) => println!(
+                    "{name} ({}): {:.0} QPS at recall {:.4}; the other engine's best at ≥ {t:.2} ({}, chosen on these queries) {:.0}: **{:.2}×**.",
+                    p.config,
+                    p.qps,
+                    p.recall,
+                    f.config,
+                    f.qps,
+                    p.qps / f.qps
+                ),
+                None => println!(
+                    "{name} ({}): {:.0} QPS at recall {:.4}, below every target.",
+                    p.config, p.qps, p.recall
+                ),
+            }
+        }
+    }
     if let Some(path) = &a.svg {
         let svg = plot(&groups, &a.title, &targets)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -320,5 +358,10 @@ mod tests {
             (true, "Dentate fast-scan +OPQ + re-rank".to_string())
         );
         assert!(point(&r).is_none());
+        let r: Value = serde_json::json!({"engine": "dentate", "index": "ivffastscan", "opq": false, "label": "tune"});
+        assert_eq!(
+            series(&r).unwrap(),
+            (true, "Dentate fast-scan + re-rank [tune]".to_string())
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::shared::{Res, parse_list, read_matrix, thread_pool};
 use clap::Args;
-use dentate_core::{Index, IvfPqIndex, TuneConfig, tune_fastscan};
+use dentate_core::{Index, IvfPqIndex, TuneConfig, tune_fastscan, tune_fastscan_from_base};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -14,8 +14,14 @@ pub struct TuneArgs {
     #[arg(long)]
     pub base: PathBuf,
     /// Queries (.fvecs or .npy): part tunes, part is held aside to check.
+    /// Without them, `--sample` rows of the base serve as queries.
     #[arg(long)]
-    pub queries: PathBuf,
+    pub queries: Option<PathBuf>,
+    /// Without `--queries`: how many base rows to draw as queries; they are
+    /// left out of every index the search builds, as new queries would be
+    /// (`--output` still indexes the whole base).
+    #[arg(long, default_value_t = 1000)]
+    pub sample: usize,
     /// recall@k to reach.
     #[arg(long, default_value_t = 0.95)]
     pub target_recall: f64,
@@ -67,9 +73,11 @@ fn list(s: &Option<String>, what: &str) -> Res<Vec<usize>> {
 
 fn run_in_pool(a: &TuneArgs) -> Res<()> {
     let base = read_matrix(&a.base)?;
-    let queries = read_matrix(&a.queries)?;
-    if base.cols != queries.cols {
-        return Err(format!("base has dimension {}, queries {}", base.cols, queries.cols).into());
+    let queries = a.queries.as_ref().map(|q| read_matrix(q)).transpose()?;
+    if let Some(q) = &queries
+        && base.cols != q.cols
+    {
+        return Err(format!("base has dimension {}, queries {}", base.cols, q.cols).into());
     }
     let cfg = TuneConfig {
         target_recall: a.target_recall,
@@ -84,11 +92,16 @@ fn run_in_pool(a: &TuneArgs) -> Res<()> {
     };
     let t0 = Instant::now();
     let quiet = a.json;
-    let out = tune_fastscan(&base.data, base.cols, &queries.data, &cfg, &mut |line| {
+    let mut progress = |line: &str| {
         if !quiet {
             eprintln!("[{:>6.1} s] {line}", t0.elapsed().as_secs_f64());
         }
-    })?;
+    };
+    let out = match &queries {
+        Some(q) => tune_fastscan(&base.data, base.cols, &q.data, &cfg, &mut progress)?,
+        None => tune_fastscan_from_base(&base.data, base.cols, a.sample, &cfg, &mut progress)?,
+    };
+    let source = if queries.is_some() { "queries" } else { "base rows" };
     let row = |t: &dentate_core::TuneTrial| {
         serde_json::json!({
             "nlist": t.nlist, "m": t.m, "opq": t.opq, "nprobe": t.nprobe, "rerank": t.rerank,
@@ -104,7 +117,15 @@ fn run_in_pool(a: &TuneArgs) -> Res<()> {
         }
         println!(
             "{}",
-            serde_json::json!({"chosen": out.best.as_ref().map(row), "target_recall": a.target_recall, "k": a.k, "threads": rayon::current_num_threads(), "split": [out.split.0, out.split.1]})
+            serde_json::json!({
+                "chosen": out.best.as_ref().map(row),
+                "holds_out": out.holds_out(),
+                "held_aside_miss": out.held_aside_miss.as_ref().map(row),
+                "safer": out.safer.iter().map(row).collect::<Vec<_>>(),
+                "target_recall": a.target_recall, "k": a.k,
+                "threads": rayon::current_num_threads(), "split": [out.split.0, out.split.1],
+                "queries_from": source,
+            })
         );
     } else {
         println!(
@@ -132,12 +153,24 @@ fn run_in_pool(a: &TuneArgs) -> Res<()> {
             }
         }
         println!(
-            "({} tuning queries, {} held aside, k = {}, {} threads)",
+            "({} tuning {source}, {} held aside, k = {}, {} threads)",
             out.split.0,
             out.split.1,
             a.k,
             rayon::current_num_threads()
         );
+        if let Some(m) = &out.held_aside_miss {
+            println!(
+                "\nthe fastest on the tuning {source} (nlist {}, m {}, nprobe {}, rerank {}: {:.0} QPS) reached only {:.4} held aside, below the target {}; safer settings of that index:",
+                m.nlist, m.m, m.nprobe, m.rerank, m.qps, m.holdout_recall, a.target_recall
+            );
+            for t in &out.safer {
+                println!(
+                    "  nprobe {:>4}, rerank {:>2}: recall {:.4} tuning, {:.4} held aside, {:.0} QPS",
+                    t.nprobe, t.rerank, t.recall, t.holdout_recall, t.qps
+                );
+            }
+        }
     }
     let Some(best) = &out.best else {
         return Err(format!(
@@ -147,8 +180,18 @@ fn run_in_pool(a: &TuneArgs) -> Res<()> {
         .into());
     };
     if !a.json {
+        if out.held_aside_miss.is_some() {
+            println!(
+                "{}",
+                if out.holds_out() {
+                    "(the held-aside queries chose this step: its held-aside recall passed a check, it is no longer an unbiased estimate)"
+                } else {
+                    "WARNING: even the safest setting of the grids misses the target on the held-aside queries; widen the grids (--nprobe, --rerank) or lower the target"
+                }
+            );
+        }
         println!(
-            "\nchosen: --index ivffastscan --nlist {} --m {}{} --nprobe {} --rerank {}\n        {:.0} QPS, recall@{} {:.4} on the tuning queries, {:.4} held aside; build {:.2} s, {:.1} bytes/vector",
+            "\nchosen: --index ivffastscan --nlist {} --m {}{} --nprobe {} --rerank {}\n        {:.0} QPS, recall@{} {:.4} on the tuning {source}, {:.4} held aside; build {:.2} s, {:.1} bytes/vector",
             best.nlist,
             best.m,
             if best.opq { " --opq" } else { "" },

@@ -307,6 +307,66 @@ fn fastscan_bench_index_tune_and_report() {
     let out = c.output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no setting reached"));
+    // Without queries: base rows drawn as queries, left out of the indexes;
+    // the choice then runs on the real queries as a labelled series.
+    let out = run_ok(
+        dentate()
+            .args([
+                "tune",
+                "--target-recall",
+                "0.9",
+                "--nlist",
+                "32",
+                "--m",
+                "16",
+                "--rerank",
+                "4,8",
+                "--sample",
+                "200",
+                "--json",
+                "--base",
+            ])
+            .arg(p("base.fvecs")),
+    );
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["queries_from"], "base rows", "{last}");
+    assert_eq!(last["split"], serde_json::json!([100, 100]));
+    assert_eq!(
+        last["holds_out"].as_bool().unwrap(),
+        last["chosen"]["holdout_recall_at_k"].as_f64().unwrap() >= 0.9,
+        "{last}"
+    );
+    assert_eq!(
+        last["held_aside_miss"].is_null(),
+        last["safer"].as_array().unwrap().is_empty()
+    );
+    let chosen = &last["chosen"];
+    let mut c = dentate();
+    c.args([
+        "bench",
+        "--index",
+        "ivffastscan",
+        "--json",
+        "--label",
+        "tune 0.9",
+        "--gt",
+    ])
+    .arg(p("gt.ivecs"))
+    .args(["--nlist", &chosen["nlist"].to_string(), "--m", &chosen["m"].to_string()])
+    .args([
+        "--nprobe",
+        &chosen["nprobe"].to_string(),
+        "--rerank",
+        &chosen["rerank"].to_string(),
+    ]);
+    files(&mut c);
+    let tuned_rows: Vec<serde_json::Value> = run_ok(&mut c)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(tuned_rows.len(), 1);
+    assert_eq!(tuned_rows[0]["label"], "tune 0.9");
+    let rows: Vec<serde_json::Value> = rows.into_iter().chain(tuned_rows).collect();
 
     // The report: Dentate's rows plus two rows in the FAISS script's format.
     let results = p("results.jsonl");
@@ -340,6 +400,11 @@ fn fastscan_bench_index_tune_and_report() {
         "{report}"
     );
     assert!(report.contains("Best QPS: Dentate"), "{report}");
+    assert!(
+        report.contains("Dentate fast-scan + re-rank [tune 0.9] (nlist 32, m 16,")
+            && report.contains("chosen on these queries"),
+        "{report}"
+    );
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("Dentate fast-scan"),

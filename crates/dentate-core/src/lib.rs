@@ -69,6 +69,6 @@ pub use salience::{BonusForm, SalienceParams};
 pub use simd::Isa;
 pub use store::{RerankStore, Sq8Rows, StoreFormat};
 pub use topk::{Cand, Hit, Reservoir, TopK};
-pub use tune::{TuneConfig, TuneOutcome, TuneTrial, tune_fastscan};
+pub use tune::{TuneConfig, TuneOutcome, TuneTrial, split_queries, tune_fastscan, tune_fastscan_from_base};
 pub use vector::{Bitset, Precision};
 pub use views::{BaseRef, InvList, InvertedRef, IvfParts, IvfPlan, PointsRef, Probe, StoreRef};

@@ -9,6 +9,22 @@
 //! wins. Each timed setting's recall is also measured on the held-aside
 //! part, which plays no part in the choice, so the winner's held-aside
 //! recall is an honest estimate of the recall new queries will see.
+//!
+//! When the winner's held-aside recall misses the target (its tuning
+//! recall was luck of the split), the search does not keep it: it moves
+//! the same index to the **next-safer** setting — one step up the nprobe
+//! grid or the re-rank grid, whichever of the two reaches the target on
+//! the held-aside queries faster (or, when neither does, comes closer) —
+//! and repeats until the held-aside recall reaches the target or both
+//! grids are exhausted. [`TuneOutcome::held_aside_miss`] keeps the setting
+//! it moved away from and [`TuneOutcome::safer`] every step measured.
+//! Those steps were chosen by looking at the held-aside queries, so their
+//! held-aside recall is a check that passed, no longer an unbiased
+//! estimate.
+//!
+//! [`tune_fastscan_from_base`] serves a user with no queries of their own:
+//! it draws the queries from the base and leaves them out of every tuning
+//! index, as new queries would be.
 
 use crate::error::{Error, Result};
 use crate::flat::FlatIndex;
@@ -101,9 +117,26 @@ pub struct TuneOutcome {
     pub best_recall: Vec<(usize, usize, f64)>,
     /// Queries used for tuning and held aside.
     pub split: (usize, usize),
+    /// The fastest setting on the tuning queries, when its held-aside
+    /// recall missed the target and the search moved on from it.
+    pub held_aside_miss: Option<TuneTrial>,
+    /// The next-safer settings measured after such a miss, in order; the
+    /// last one chosen is [`TuneOutcome::best`].
+    pub safer: Vec<TuneTrial>,
+    /// The recall target the search was given.
+    pub target_recall: f64,
 }
 
 impl TuneOutcome {
+    /// Whether the chosen setting's held-aside recall reaches the target
+    /// (false when nothing was chosen, or when even the safest setting of
+    /// the grids missed it on the held-aside queries).
+    pub fn holds_out(&self) -> bool {
+        self.best
+            .as_ref()
+            .is_some_and(|b| b.holdout_recall >= self.target_recall)
+    }
+
     /// Build settings of the chosen index, with its nprobe and re-rank
     /// factor as defaults.
     pub fn config(&self) -> Option<IvfPqConfig> {
@@ -212,13 +245,8 @@ pub fn tune_fastscan(
         .map(|v| v.into_iter().map(|h| h.id).collect())
         .collect();
     drop(flat);
-    let mut order: Vec<usize> = (0..nq).collect();
-    let mut rng = Rng::new(cfg.seed);
-    for i in (1..nq).rev() {
-        order.swap(i, rng.below(i + 1));
-    }
-    let held = ((nq as f64 * cfg.holdout).round() as usize).clamp(1, nq - 1);
-    let (held_rows, tune_rows) = order.split_at(held);
+    let (held_rows, tune_rows) = split_queries(nq, cfg);
+    let (held_rows, tune_rows) = (&held_rows[..], &tune_rows[..]);
     let pick = |rows: &[usize]| -> (Vec<f32>, Vec<Vec<u64>>) {
         let mut q = Vec::with_capacity(rows.len() * dim);
         let mut t = Vec::with_capacity(rows.len());
@@ -231,6 +259,21 @@ pub fn tune_fastscan(
     let (tq, tt) = pick(tune_rows);
     let (hq, ht) = pick(held_rows);
 
+    let mut reranks_up = reranks.clone();
+    reranks_up.sort_unstable();
+    reranks_up.dedup();
+    let ctx = Ctx {
+        base,
+        dim,
+        n,
+        ids: &ids,
+        cfg,
+        tq: &tq,
+        tt: &tt,
+        hq: &hq,
+        ht: &ht,
+        tuning: tune_rows.len(),
+    };
     let mut trials = Vec::new();
     let mut best_recall = Vec::new();
     let mut best: Option<TuneTrial> = None;
@@ -243,25 +286,8 @@ pub fn tune_fastscan(
                 "building nlist {nlist}, m {m}{}",
                 if cfg.opq { ", OPQ" } else { "" }
             ));
-            let mut icfg = IvfPqConfig::fastscan(nlist, m).opq(cfg.opq);
-            icfg.seed = cfg.seed;
-            let t0 = Instant::now();
-            let mut index = IvfPqIndex::new(dim, icfg)?;
-            index.train(base)?;
-            index.add(&ids, base)?;
-            let build_s = t0.elapsed().as_secs_f64();
-            let bpv = index.memory_bytes() as f64 / n as f64;
-            let nprobes: Vec<usize> = if cfg.nprobes.is_empty() {
-                std::iter::successors(Some(1usize), |p| Some(p * 2))
-                    .take_while(|&p| p < nlist)
-                    .chain([nlist])
-                    .collect()
-            } else {
-                let mut v: Vec<usize> = cfg.nprobes.iter().map(|&p| p.clamp(1, nlist)).collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            };
+            let (index, build_s) = ctx.build(nlist, m)?;
+            let nprobes = nprobe_grid(cfg, nlist);
             let mut reached = 0f64;
             for &rerank in &reranks {
                 // The smallest nprobe that reaches the target at this factor.
@@ -271,31 +297,17 @@ pub fn tune_fastscan(
                     let r = recall(&index.search_with(&tq, cfg.k, p)?, &tt, cfg.k);
                     reached = reached.max(r);
                     if r >= cfg.target_recall {
-                        found = Some((nprobe, r));
+                        found = Some(nprobe);
                         break;
                     }
                 }
-                let Some((nprobe, r)) = found else {
+                let Some(nprobe) = found else {
                     continue;
                 };
-                let p = IvfSearchParams { nprobe, rerank };
-                let (secs, _) = time_best(&mut || index.search_with(&tq, cfg.k, p))?;
-                let holdout_recall = recall(&index.search_with(&hq, cfg.k, p)?, &ht, cfg.k);
-                let trial = TuneTrial {
-                    nlist,
-                    m,
-                    opq: cfg.opq,
-                    nprobe,
-                    rerank,
-                    recall: r,
-                    holdout_recall,
-                    qps: tune_rows.len() as f64 / secs,
-                    build_s,
-                    bytes_per_vector: bpv,
-                };
+                let trial = ctx.measure(&index, build_s, nprobe, rerank)?;
                 progress(&format!(
-                    "  nprobe {nprobe:>4}, rerank {rerank:>2}: recall {r:.4}, {:.0} QPS",
-                    trial.qps
+                    "  nprobe {nprobe:>4}, rerank {rerank:>2}: recall {:.4}, {:.0} QPS",
+                    trial.recall, trial.qps
                 ));
                 if best.as_ref().is_none_or(|b| trial.qps > b.qps) {
                     best = Some(trial.clone());
@@ -305,12 +317,194 @@ pub fn tune_fastscan(
             best_recall.push((nlist, m, reached));
         }
     }
+
+    // The winner must hold on the held-aside queries too; if it does not,
+    // step the same index to the next-safer setting.
+    let mut held_aside_miss = None;
+    let mut safer = Vec::new();
+    if let Some(b) = best.clone().filter(|b| b.holdout_recall < cfg.target_recall) {
+        progress(&format!(
+            "held-aside recall {:.4} of nlist {}, m {}, nprobe {}, rerank {} misses the target {}: moving to safer settings",
+            b.holdout_recall, b.nlist, b.m, b.nprobe, b.rerank, cfg.target_recall
+        ));
+        let (index, build_s) = ctx.build(b.nlist, b.m)?;
+        let nprobes = nprobe_grid(cfg, b.nlist);
+        let mut cur = b.clone();
+        // Each step takes one notch of one grid; bounded by the grids' lengths.
+        loop {
+            let pi = nprobes.iter().position(|&p| p == cur.nprobe);
+            let ri = reranks_up.iter().position(|&r| r == cur.rerank);
+            let mut steps = Vec::new();
+            if let Some(&p) = pi.and_then(|i| nprobes.get(i + 1)) {
+                steps.push((p, cur.rerank));
+            }
+            if let Some(&r) = ri.and_then(|i| reranks_up.get(i + 1)) {
+                steps.push((cur.nprobe, r));
+            }
+            let mut measured = Vec::new();
+            for (nprobe, rerank) in steps {
+                let t = ctx.measure(&index, build_s, nprobe, rerank)?;
+                progress(&format!(
+                    "  safer nprobe {nprobe:>4}, rerank {rerank:>2}: held-aside recall {:.4}, {:.0} QPS",
+                    t.holdout_recall, t.qps
+                ));
+                safer.push(t.clone());
+                measured.push(t);
+            }
+            let reaching = measured
+                .iter()
+                .filter(|t| t.holdout_recall >= cfg.target_recall)
+                .max_by(|a, b| a.qps.total_cmp(&b.qps));
+            let next = reaching.or_else(|| {
+                measured
+                    .iter()
+                    .max_by(|a, b| a.holdout_recall.total_cmp(&b.holdout_recall))
+            });
+            let Some(next) = next.cloned() else {
+                break;
+            };
+            cur = next;
+            if cur.holdout_recall >= cfg.target_recall {
+                break;
+            }
+        }
+        held_aside_miss = Some(b);
+        best = Some(cur);
+    }
     Ok(TuneOutcome {
         best,
         trials,
         best_recall,
         split: (tune_rows.len(), held_rows.len()),
+        held_aside_miss,
+        safer,
+        target_recall: cfg.target_recall,
     })
+}
+
+/// Which of `nq` query rows [`tune_fastscan`] holds aside and which it
+/// tunes on, for `cfg.holdout` and `cfg.seed`: `(held_aside, tuning)`, each
+/// in the order the search uses them. At least one row on each side when
+/// `nq >= 2`.
+pub fn split_queries(nq: usize, cfg: &TuneConfig) -> (Vec<usize>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..nq).collect();
+    let mut rng = Rng::new(cfg.seed);
+    for i in (1..nq).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    let held = ((nq as f64 * cfg.holdout).round() as usize)
+        .max(1)
+        .min(nq.saturating_sub(1));
+    let tuning = order.split_off(held);
+    (order, tuning)
+}
+
+/// Like [`tune_fastscan`] for a user without queries of their own: draws
+/// `sample` rows of `base` (seeded by `cfg.seed`) as the queries and leaves
+/// them out of every index the search builds, so that they are as new to
+/// the index as real queries. Ids in the outcome's settings do not matter;
+/// build the chosen index over the whole base
+/// ([`TuneOutcome::config`]). `sample` must be at least 2 and at most half
+/// the base.
+pub fn tune_fastscan_from_base(
+    base: &[f32],
+    dim: usize,
+    sample: usize,
+    cfg: &TuneConfig,
+    progress: &mut dyn FnMut(&str),
+) -> Result<TuneOutcome> {
+    let n = batch_len(base, dim)?;
+    if sample < 2 || sample > n / 2 {
+        return Err(Error::param(
+            "sample",
+            format!("{sample} queries from {n} rows: need 2 to half the base"),
+        ));
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut rng = Rng::new(cfg.seed ^ 0x005e_ed0f_ba5e);
+    for i in (1..n).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    let mut drawn = vec![false; n];
+    for &r in &order[..sample] {
+        drawn[r] = true;
+    }
+    let mut rest = Vec::with_capacity((n - sample) * dim);
+    let mut queries = Vec::with_capacity(sample * dim);
+    for (r, row) in base.chunks_exact(dim).enumerate() {
+        if drawn[r] {
+            queries.extend_from_slice(row);
+        } else {
+            rest.extend_from_slice(row);
+        }
+    }
+    progress(&format!(
+        "{sample} queries drawn from the base and left out of the tuning indexes"
+    ));
+    tune_fastscan(&rest, dim, &queries, cfg, progress)
+}
+
+/// What every build and measurement of one search shares.
+struct Ctx<'a> {
+    base: &'a [f32],
+    dim: usize,
+    n: usize,
+    ids: &'a [u64],
+    cfg: &'a TuneConfig,
+    tq: &'a [f32],
+    tt: &'a [Vec<u64>],
+    hq: &'a [f32],
+    ht: &'a [Vec<u64>],
+    tuning: usize,
+}
+
+impl Ctx<'_> {
+    /// Trains and fills one index of the grid (the same seed gives the same
+    /// index again); returns it with its build seconds.
+    fn build(&self, nlist: usize, m: usize) -> Result<(IvfPqIndex, f64)> {
+        let mut icfg = IvfPqConfig::fastscan(nlist, m).opq(self.cfg.opq);
+        icfg.seed = self.cfg.seed;
+        let t0 = Instant::now();
+        let mut index = IvfPqIndex::new(self.dim, icfg)?;
+        index.train(self.base)?;
+        index.add(self.ids, self.base)?;
+        Ok((index, t0.elapsed().as_secs_f64()))
+    }
+
+    /// Recall on both query parts and the tuning part's QPS at one setting.
+    fn measure(&self, index: &IvfPqIndex, build_s: f64, nprobe: usize, rerank: usize) -> Result<TuneTrial> {
+        let k = self.cfg.k;
+        let p = IvfSearchParams { nprobe, rerank };
+        let (secs, found) = time_best(&mut || index.search_with(self.tq, k, p))?;
+        let c = index.config();
+        Ok(TuneTrial {
+            nlist: c.nlist,
+            m: c.m,
+            opq: self.cfg.opq,
+            nprobe,
+            rerank,
+            recall: recall(&found, self.tt, k),
+            holdout_recall: recall(&index.search_with(self.hq, k, p)?, self.ht, k),
+            qps: self.tuning as f64 / secs,
+            build_s,
+            bytes_per_vector: index.memory_bytes() as f64 / self.n as f64,
+        })
+    }
+}
+
+/// The nprobe values tried for `nlist` lists, ascending.
+fn nprobe_grid(cfg: &TuneConfig, nlist: usize) -> Vec<usize> {
+    if cfg.nprobes.is_empty() {
+        std::iter::successors(Some(1usize), |p| Some(p * 2))
+            .take_while(|&p| p < nlist)
+            .chain([nlist])
+            .collect()
+    } else {
+        let mut v: Vec<usize> = cfg.nprobes.iter().map(|&p| p.clamp(1, nlist)).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 }
 
 /// Default list counts for `n` vectors (see [`TuneConfig::nlists`]).

@@ -34,7 +34,8 @@ pub struct TuneArgs {
     /// Comma-separated sub-quantizer counts (default: dim/2 and dim/4).
     #[arg(long)]
     pub m: Option<String>,
-    /// Comma-separated nprobe values (default: powers of two up to nlist).
+    /// Comma-separated nprobe values (default: 1, 2, 3, 4, 6, 8, 12, … —
+    /// powers of two and 1.5× each — up to nlist).
     #[arg(long)]
     pub nprobe: Option<String>,
     /// Comma-separated re-rank factors (default: 0,2,4,8,16,32).

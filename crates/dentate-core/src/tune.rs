@@ -49,7 +49,9 @@ pub struct TuneConfig {
     /// Sub-quantizer counts; empty: `dim/2` and `dim/4` (sub-vectors of 2
     /// and 4 dimensions), those that divide the dimension.
     pub ms: Vec<usize>,
-    /// Lists probed; empty: the powers of two up to `nlist`.
+    /// Lists probed; empty: the powers of two and the midpoints 1.5× each
+    /// (1, 2, 3, 4, 6, 8, 12, …) up to `nlist`, so that a safer step costs
+    /// at most 1.5× the probes.
     pub nprobes: Vec<usize>,
     /// Re-rank factors (0 = none); empty: 0, 2, 4, 8, 16, 32.
     pub reranks: Vec<usize>,
@@ -495,10 +497,14 @@ impl Ctx<'_> {
 /// The nprobe values tried for `nlist` lists, ascending.
 fn nprobe_grid(cfg: &TuneConfig, nlist: usize) -> Vec<usize> {
     if cfg.nprobes.is_empty() {
-        std::iter::successors(Some(1usize), |p| Some(p * 2))
+        let mut v: Vec<usize> = std::iter::successors(Some(1usize), |p| Some(p * 2))
             .take_while(|&p| p < nlist)
+            .flat_map(|p| [p, p + p / 2])
+            .filter(|&p| p < nlist)
             .chain([nlist])
-            .collect()
+            .collect();
+        v.dedup();
+        v
     } else {
         let mut v: Vec<usize> = cfg.nprobes.iter().map(|&p| p.clamp(1, nlist)).collect();
         v.sort_unstable();
@@ -543,5 +549,12 @@ mod tests {
         assert_eq!(default_nlists(100), vec![1]);
         assert_eq!(default_ms(384), vec![192, 96]);
         assert_eq!(default_ms(7), Vec::<usize>::new());
+        let cfg = TuneConfig::new(0.9);
+        assert_eq!(nprobe_grid(&cfg, 64), vec![1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]);
+        assert_eq!(nprobe_grid(&cfg, 40), vec![1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40]);
+        assert_eq!(nprobe_grid(&cfg, 1), vec![1]);
+        let mut given = cfg.clone();
+        given.nprobes = vec![64, 0, 8, 8, 500];
+        assert_eq!(nprobe_grid(&given, 100), vec![1, 8, 64, 100]);
     }
 }

@@ -49,8 +49,25 @@ fn fixture_ivf() -> IvfPqIndex {
 /// 4-bit fast-scan with OPQ and an odd number of sub-quantizers (3 of
 /// dimension 4, so blocks carry a padding sub-quantizer), 300 vectors in 4
 /// lists (partial last blocks), one removed.
+/// Both indexes give the same top-5 ids for `q`, with re-ranking and on
+/// the codes' scores alone (nprobe 2).
+fn same_answers(a: &IvfPqIndex, b: &IvfPqIndex, q: &[f32]) {
+    for rerank in [0, 4] {
+        let p = IvfSearchParams { nprobe: 2, rerank };
+        assert_eq!(
+            ids(&a.search_with(q, 5, p).unwrap()),
+            ids(&b.search_with(q, 5, p).unwrap())
+        );
+    }
+}
+
 fn fixture_fastscan() -> IvfPqIndex {
-    small_ivf(12, IvfPqConfig::fastscan(4, 3).opq(true), 2026)
+    // The fast-scan defaults of the v1 fixture's day: inner-product coarse
+    // k-means and codes of residuals.
+    let mut cfg = IvfPqConfig::fastscan(4, 3).opq(true);
+    cfg.spherical_coarse = false;
+    cfg.residual_codes = true;
+    small_ivf(12, cfg, 2026)
 }
 
 /// Writes the fixtures that do not exist yet when
@@ -113,6 +130,10 @@ fn v1_fastscan_fixture_loads_and_answers() {
     assert_eq!(loaded.len(), 299);
     assert!(loaded.config().opq);
     assert_eq!(loaded.config().m, 3);
+    assert!(
+        loaded.config().residual_codes,
+        "files from before the flag hold residual codes"
+    );
     assert!(!loaded.contains(7));
     let data = synth(300, 12, 6, 2026);
     // Every stored vector finds itself after exact re-ranking.
@@ -124,15 +145,7 @@ fn v1_fastscan_fixture_loads_and_answers() {
     }
     // Same answers as a freshly built index from the same data and seed,
     // also on the 4-bit scores alone.
-    let fresh = fixture_fastscan();
-    let q = synth(8, 12, 6, 9);
-    for rerank in [0, 4] {
-        let p = IvfSearchParams { nprobe: 2, rerank };
-        assert_eq!(
-            ids(&loaded.search_with(&q, 5, p).unwrap()),
-            ids(&fresh.search_with(&q, 5, p).unwrap())
-        );
-    }
+    same_answers(&loaded, &fixture_fastscan(), &synth(8, 12, 6, 9));
     assert!(matches!(AnyIndex::from_bytes(&bytes).unwrap(), AnyIndex::IvfPq(i) if i.codes() == PqCodes::FastScan4));
     assert_eq!(loaded.to_bytes(), bytes);
 }
@@ -155,6 +168,14 @@ fn round_trips_preserve_everything() {
         ids(&any.as_index().search(&q, 5).unwrap()),
         ids(&ivf.search(&q, 5).unwrap())
     );
+    // The fast-scan default (codes of the vectors, not of residuals)
+    // survives the file: same flag, same answers, same bytes.
+    let fs = small_ivf(12, IvfPqConfig::fastscan(4, 3), 2027);
+    assert!(!fs.config().residual_codes);
+    let back = IvfPqIndex::from_bytes(&fs.to_bytes()).unwrap();
+    assert!(!back.config().residual_codes);
+    assert_eq!(back.to_bytes(), fs.to_bytes());
+    same_answers(&back, &fs, &synth(10, 12, 6, 4));
     // Loading the wrong kind is a typed error.
     assert!(matches!(FlatIndex::load(&p2), Err(Error::WrongKind { .. })));
     // Saving over an existing file replaces it whole and leaves no temp files.

@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// the index kind's, true for ivfpq, false for the fast-scan kinds).
     #[arg(long)]
     pub spherical_coarse: Option<bool>,
+    /// PQ codes: `true` = of each vector's residual from its list's
+    /// centroid, `false` = of the vector itself, as FAISS's IVF fast-scan
+    /// for inner product (default: the index kind's).
+    #[arg(long)]
+    pub residual_codes: Option<bool>,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -123,6 +128,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             points_per_list: a.kmeans_points_per_list,
             iterations: a.kmeans_iterations,
             spherical: a.spherical_coarse,
+            residual: a.residual_codes,
         },
     };
     let (index, build_s) = match &a.load {

@@ -136,6 +136,8 @@ pub(crate) struct Coarse {
     pub points_per_list: Option<usize>,
     pub iterations: Option<usize>,
     pub spherical: Option<bool>,
+    /// PQ codes of residuals (`true`) or of the vectors (`false`).
+    pub residual: Option<bool>,
 }
 
 /// Builds (trains and fills) an index over `base`, ids = row numbers.
@@ -164,6 +166,9 @@ pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) 
             }
             if let Some(s) = spec.coarse.spherical {
                 cfg.spherical_coarse = s;
+            }
+            if let Some(r) = spec.coarse.residual {
+                cfg.residual_codes = r;
             }
             let mut ivf = IvfPqIndex::new(base.cols, cfg)?;
             let pb = spinner(progress, "training");

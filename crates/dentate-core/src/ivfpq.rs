@@ -6,7 +6,9 @@
 //! score of `x = c + r` is `<q, c> + <q, r̂>`: one lookup table per query
 //! (`m × ksub` inner products) serves every probed list, and `<q, c>` comes
 //! for free from the coarse search. No per-list tables are needed (those are
-//! for L2).
+//! for L2). Without residual encoding ([`IvfPqConfig::residual_codes`]
+//! false, the fast-scan default) the codes quantise `x` itself and a probe
+//! adds nothing: the lists only choose which codes are scanned.
 //!
 //! Two code widths share everything but the scan ([`PqCodes`]): 8-bit codes
 //! (256 centroids per sub-quantizer, row-major, float tables) and 4-bit
@@ -72,8 +74,15 @@ pub struct IvfPqConfig {
     /// FAISS's IVF trains for inner product), `false` = inner-product
     /// k-means (centroids are the means of their vectors), whose shorter
     /// residuals PQ codes more accurately but whose lists are less even
-    /// (BENCHMARKS.md, "IVF coverage").
+    /// (BENCHMARKS.md, "IVF coverage"); with codes of the vectors
+    /// (`residual_codes` false) only the evenness differs.
     pub spherical_coarse: bool,
+    /// `true`: PQ codes encode each vector's residual from its list's
+    /// centroid, and a probe adds `<q, centroid>` to the codes' score;
+    /// `false`: they encode the (rotated) vector itself, the same codebooks
+    /// for every list, and a probe adds nothing (FAISS's
+    /// `IndexIVFPQFastScan` for inner product: `by_residual` false).
+    pub residual_codes: bool,
     /// OPQ training settings.
     pub opq_config: OpqConfig,
     /// Seed of all training randomness.
@@ -96,6 +105,7 @@ impl IvfPqConfig {
             pq_iterations: 25,
             kmeans_points_per_list: 256,
             spherical_coarse: true,
+            residual_codes: true,
             opq_config: OpqConfig::default(),
             seed: 42,
         }
@@ -105,16 +115,19 @@ impl IvfPqConfig {
     /// sub-quantizers (`m/2` code bytes per vector; `m = dim/2` or `dim/4`
     /// are the usual choices): f16 re-rank store, nprobe 16, re-rank factor
     /// 10, 10 coarse k-means iterations (as FAISS's IVF) on at most 64
-    /// points per list (FAISS: 256), inner-product (not spherical, unlike
-    /// FAISS's IVF) coarse k-means, OPQ
-    /// (when enabled) with 20 outer iterations on at most 16,384 vectors.
+    /// points per list (FAISS: 256), spherical coarse k-means and codes of
+    /// the vectors rather than of residuals (both as FAISS's IVF fast-scan
+    /// for inner product; chosen on the Rust-doc set and checked on the
+    /// Python one, BENCHMARKS.md "Codes of the vectors"), OPQ (when
+    /// enabled) with 20 outer iterations on at most 16,384 vectors.
     pub fn fastscan(nlist: usize, m: usize) -> Self {
         let mut cfg = IvfPqConfig::new(nlist, m);
         cfg.codes = PqCodes::FastScan4;
         cfg.rerank = 10;
         cfg.kmeans_iterations = 10;
         cfg.kmeans_points_per_list = 64;
-        cfg.spherical_coarse = false;
+        cfg.spherical_coarse = true;
+        cfg.residual_codes = false;
         // 16 centroids per sub-space: a quarter of the 8-bit sample fits
         // the rotation as well, at a quarter of the cost per iteration.
         cfg.opq_config.max_train = 16_384;
@@ -357,8 +370,12 @@ impl IvfPqIndex {
         let coarse = Panels::from_rows(&centroids, self.dim, Precision::F32);
         lap("coarse k-means");
         stage("pq");
-        let (assign, _) = c.assign(&x, &coarse, Metric::Cosine);
-        let resid = residuals(&x, self.dim, &centroids, &assign);
+        let resid = if self.cfg.residual_codes {
+            let (assign, _) = c.assign(&x, &coarse, Metric::Cosine);
+            residuals(&x, self.dim, &centroids, &assign)
+        } else {
+            x
+        };
         let pq_cfg = PqTrainConfig {
             iterations: self.cfg.pq_iterations,
             seed: self.cfg.seed.wrapping_add(1),
@@ -475,7 +492,7 @@ impl IvfPqIndex {
                     .iter()
                     .map(|cand| Probe {
                         list: cand.row,
-                        bias: cand.score,
+                        bias: if self.cfg.residual_codes { cand.score } else { 0.0 },
                     })
                     .collect()
             })
@@ -527,7 +544,9 @@ impl IvfPqIndex {
         // would wrap it to a small or zero value).
         w.u32(u32::try_from(self.cfg.nprobe).unwrap_or(u32::MAX));
         w.u32(u32::try_from(self.cfg.rerank).unwrap_or(u32::MAX));
-        w.u8(self.cfg.opq as u8);
+        // Bit 0: OPQ; bit 1: codes of the vectors, not of residuals (files
+        // from before the flag read as residual codes).
+        w.u8(self.cfg.opq as u8 | u8::from(!self.cfg.residual_codes) << 1);
         w.u8(self.cfg.rerank_store.map_or(255, |f| f.code()));
         w.u64(self.cfg.seed);
         match &self.trained {
@@ -590,7 +609,11 @@ impl IvfPqIndex {
         let m = r.u32()? as usize;
         let nprobe = r.u32()? as usize;
         let rerank = r.u32()? as usize;
-        let opq = r.u8()? != 0;
+        let flags = r.u8()?;
+        if flags > 3 {
+            return Err(Error::Corrupt(format!("settings flags {flags}")));
+        }
+        let (opq, residual_codes) = (flags & 1 != 0, flags & 2 == 0);
         let store = match r.u8()? {
             255 => None,
             c => Some(StoreFormat::from_code(c)?),
@@ -616,6 +639,7 @@ impl IvfPqIndex {
             nprobe,
             rerank,
             seed,
+            residual_codes,
             ..defaults
         };
         let mut idx = IvfPqIndex::new(dim, cfg).map_err(|e| Error::Corrupt(format!("invalid settings: {e}")))?;
@@ -840,9 +864,12 @@ impl Index for IvfPqIndex {
             None => x.clone(),
         };
         let (assign, _) = c.assign(&xr, &t.coarse, Metric::Cosine);
-        let centroids = t.coarse.to_rows();
-        let resid = residuals(&xr, self.dim, &centroids, &assign);
-        let codes = t.pq.encode(&resid, c)?;
+        let codes = if self.cfg.residual_codes {
+            let centroids = t.coarse.to_rows();
+            t.pq.encode(&residuals(&xr, self.dim, &centroids, &assign), c)?
+        } else {
+            t.pq.encode(&xr, c)?
+        };
         // The store first: the one step that can still fail (an 8-bit
         // store without its ranges) leaves the lists untouched.
         if let Some(raw) = &mut self.raw {

@@ -279,6 +279,9 @@ pub fn tune_fastscan(
     let mut trials = Vec::new();
     let mut best_recall = Vec::new();
     let mut best: Option<TuneTrial> = None;
+    // The winner's index, kept for the safer steps below instead of being
+    // built again (at most this one and the one being measured are alive).
+    let mut best_index: Option<IvfPqIndex> = None;
     for &nlist in &nlists {
         for &m in &ms {
             if nlist == 0 || nlist > n || m == 0 || !dim.is_multiple_of(m) {
@@ -291,6 +294,7 @@ pub fn tune_fastscan(
             let (index, build_s) = ctx.build(nlist, m)?;
             let nprobes = nprobe_grid(cfg, nlist);
             let mut reached = 0f64;
+            let mut won_here = false;
             for &rerank in &reranks {
                 // The smallest nprobe that reaches the target at this factor.
                 let mut found = None;
@@ -313,10 +317,14 @@ pub fn tune_fastscan(
                 ));
                 if best.as_ref().is_none_or(|b| trial.qps > b.qps) {
                     best = Some(trial.clone());
+                    won_here = true;
                 }
                 trials.push(trial);
             }
             best_recall.push((nlist, m, reached));
+            if won_here {
+                best_index = Some(index);
+            }
         }
     }
 
@@ -324,12 +332,14 @@ pub fn tune_fastscan(
     // step the same index to the next-safer setting.
     let mut held_aside_miss = None;
     let mut safer = Vec::new();
-    if let Some(b) = best.clone().filter(|b| b.holdout_recall < cfg.target_recall) {
+    if let (Some(b), Some(index)) = (
+        best.clone().filter(|b| b.holdout_recall < cfg.target_recall),
+        &best_index,
+    ) {
         progress(&format!(
             "held-aside recall {:.4} of nlist {}, m {}, nprobe {}, rerank {} misses the target {}: moving to safer settings",
             b.holdout_recall, b.nlist, b.m, b.nprobe, b.rerank, cfg.target_recall
         ));
-        let (index, build_s) = ctx.build(b.nlist, b.m)?;
         let nprobes = nprobe_grid(cfg, b.nlist);
         let mut cur = b.clone();
         // Each step takes one notch of one grid; bounded by the grids' lengths.
@@ -345,7 +355,7 @@ pub fn tune_fastscan(
             }
             let mut measured = Vec::new();
             for (nprobe, rerank) in steps {
-                let t = ctx.measure(&index, build_s, nprobe, rerank)?;
+                let t = ctx.measure(index, b.build_s, nprobe, rerank)?;
                 progress(&format!(
                     "  safer nprobe {nprobe:>4}, rerank {rerank:>2}: held-aside recall {:.4}, {:.0} QPS",
                     t.holdout_recall, t.qps

@@ -95,7 +95,7 @@ proptest! {
         dsub in 1usize..4,
         m in 1usize..20,
         sizes in proptest::collection::vec(0usize..90, 1..5),
-        nq in 1usize..12,
+        nq in 1usize..40,
         k in 1usize..40,
         dead in proptest::collection::vec(any::<bool>(), 0..400),
         seed in 0u64..1000,
@@ -122,7 +122,8 @@ proptest! {
         let packed: Vec<Vec<u8>> = lists.iter().map(|(c, _, _)| pack_codes(c, m)).collect();
         let queries = gaussian(nq, dim, seed + 1);
         // Each query probes its own subset of the lists, in its own order
-        // (and its own bias), so the chunked scan groups partly shared lists.
+        // (and its own bias), so the chunked scan groups partly shared lists
+        // (up to 40 queries: groups of several, lists shared by up to 4 per pass).
         let picks: Vec<Vec<usize>> = (0..nq)
             .map(|_| {
                 let mut p: Vec<usize> = (0..lists.len()).filter(|_| !r.next_u64().is_multiple_of(4)).collect();
@@ -317,6 +318,34 @@ fn recall_with_rerank_reaches_095() {
             .search_with(queries, 10, IvfSearchParams { nprobe: 16, rerank: 10 })
             .unwrap())
     );
+}
+
+/// A batch scans each list once for the queries that probe it; the hits
+/// are those of searching the queries one at a time, deletes included.
+#[test]
+fn batched_search_equals_one_query_at_a_time() {
+    let dim = 32;
+    let base = synth(4000, dim, 24, 35);
+    let queries = synth(150, dim, 24, 36);
+    let mut idx = fastscan(&base, dim, IvfPqConfig::fastscan(32, 16));
+    let removed: Vec<u64> = (0..4000).filter(|i| i % 5 == 0).collect();
+    assert_eq!(idx.remove(&removed), 800);
+    for params in [
+        IvfSearchParams { nprobe: 1, rerank: 0 },
+        IvfSearchParams { nprobe: 6, rerank: 0 },
+        IvfSearchParams { nprobe: 12, rerank: 4 },
+    ] {
+        let batch = idx.search_with(&queries, 10, params).unwrap();
+        let single: Vec<_> = queries
+            .chunks_exact(dim)
+            .flat_map(|q| idx.search_with(q, 10, params).unwrap())
+            .collect();
+        assert_eq!(batch.len(), 150);
+        assert_eq!(ids(&batch), ids(&single), "{params:?}");
+        for (b, s) in batch.iter().flatten().zip(single.iter().flatten()) {
+            assert_eq!(b.score.to_bits(), s.score.to_bits());
+        }
+    }
 }
 
 /// Tombstones, replace-on-existing-id, compaction and salience pruning go

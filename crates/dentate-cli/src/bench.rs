@@ -6,6 +6,9 @@ use dentate_core::data::recall_at_k;
 use dentate_core::{Index, IvfSearchParams, Precision, StoreFormat};
 use std::path::PathBuf;
 
+/// What a search returns.
+type Hits = dentate_core::Result<Vec<Vec<dentate_core::Hit>>>;
+
 /// Arguments of `dentate bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -44,6 +47,11 @@ pub struct BenchArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Queries per search call (default: all in one call). `--batch 1`
+    /// searches one query at a time, the latency path; a large batch lets
+    /// the fast-scan kinds scan each list once for the queries probing it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: Option<u64>,
     /// Storage precision of flat vectors / the re-rank store: f32 or f16.
     #[arg(long, default_value = "f16")]
     pub precision: String,
@@ -65,7 +73,7 @@ pub struct BenchArgs {
     pub kmeans_iterations: Option<usize>,
     /// Coarse k-means: `true` = spherical (unit centroids), `false` =
     /// inner-product k-means with mean centroids as FAISS's IVF (default:
-    /// the index kind's, true for ivfpq, false for the fast-scan kinds).
+    /// the index kind's: true for both).
     #[arg(long)]
     pub spherical_coarse: Option<bool>,
     /// PQ codes: `true` = of each vector's residual from its list's
@@ -188,10 +196,21 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             .collect(),
         dentate_core::AnyIndex::Flat(_) => Default::default(),
     };
+    // The queries in calls of `--batch` (all at once without it).
+    let per_call = a
+        .batch
+        .map_or(queries.rows.max(1), |b| usize::try_from(b).unwrap_or(usize::MAX));
+    let batched = |search: &dyn Fn(&[f32]) -> Hits| {
+        let mut all = Vec::with_capacity(queries.rows);
+        for chunk in queries.data.chunks(per_call.saturating_mul(queries.cols.max(1))) {
+            all.extend(search(chunk)?);
+        }
+        Ok(all)
+    };
     let mut rows = Vec::new();
     let mut emit = |nprobe: Option<usize>,
                     rerank: Option<usize>,
-                    search: &dyn Fn() -> dentate_core::Result<Vec<Vec<dentate_core::Hit>>>|
+                    search: &dyn Fn() -> Hits|
      -> Result<(), Box<dyn std::error::Error>> {
         let (secs, res) = timed_best(search)?;
         let recall = recall_at_k(&res, &truth, a.k);
@@ -220,6 +239,7 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             "precision": a.precision,
             "backend": backend,
             "label": a.label,
+            "batch": a.batch,
         });
         if a.json {
             println!("{row}");
@@ -228,13 +248,13 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
         Ok(())
     };
     match &index {
-        dentate_core::AnyIndex::Flat(f) => emit(None, None, &|| f.search(&queries.data, a.k))?,
+        dentate_core::AnyIndex::Flat(f) => emit(None, None, &|| batched(&|q| f.search(q, a.k)))?,
         dentate_core::AnyIndex::IvfPq(ivf) => {
             for &rerank in &reranks {
                 for &nprobe in &nprobes {
                     let params = IvfSearchParams { nprobe, rerank };
                     emit(Some(nprobe), Some(rerank), &|| {
-                        ivf.search_with(&queries.data, a.k, params)
+                        batched(&|q| ivf.search_with(q, a.k, params))
                     })?;
                 }
             }

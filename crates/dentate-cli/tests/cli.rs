@@ -366,6 +366,17 @@ fn fastscan_bench_index_tune_and_report() {
         .collect();
     assert_eq!(tuned_rows.len(), 1);
     assert_eq!(tuned_rows[0]["label"], "tune 0.9");
+    assert!(tuned_rows[0]["batch"].is_null());
+    // One query per call (the latency path) finds the same neighbours as
+    // the whole batch in one call (lists shared by its queries).
+    c.args(["--batch", "1"]);
+    let single: serde_json::Value = serde_json::from_str(run_ok(&mut c).lines().next().unwrap()).unwrap();
+    assert_eq!(single["batch"], 1);
+    assert_eq!(single["recall_at_k"], tuned_rows[0]["recall_at_k"]);
+    let mut zero = dentate();
+    zero.args(["bench", "--index", "flat", "--batch", "0"]);
+    files(&mut zero);
+    assert_eq!(zero.output().unwrap().status.code(), Some(2));
     let rows: Vec<serde_json::Value> = rows.into_iter().chain(tuned_rows).collect();
 
     // The report: Dentate's rows plus two rows in the FAISS script's format.

@@ -67,6 +67,14 @@
 //! bound is raised. The pre-filter only rejects codes whose score is below
 //! the threshold at that moment, so the result is exactly the top `k` of
 //! all live codes by (score desc, id asc).
+//!
+//! A batch of queries is scanned in groups (the CPU's `cpu::pq`): each
+//! list a group probes is read once for all of its queries that probe it,
+//! up to four per pass, the codes loaded and split into nibbles once and
+//! shuffled with each query's tables (FAISS batches its fast-scan the same
+//! way). Each query's nearest list goes first, then the rest by list. Since
+//! the result does not depend on the order lists are scanned in, a batch
+//! gets exactly the hits of its queries searched one at a time.
 
 use crate::codebook::Codebooks;
 use crate::error::{Error, Result};

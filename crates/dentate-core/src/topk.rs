@@ -146,19 +146,37 @@ impl TopK {
 #[derive(Debug, Clone)]
 pub struct Reservoir {
     k: usize,
-    buf: Vec<Cand>,
+    /// Each candidate as one [`pack`]ed integer key.
+    buf: Vec<u128>,
     thr: f32,
 }
 
-/// The candidate order as one integer key, ascending = better: the score's
-/// bits mapped so that unsigned order is `f32::total_cmp` order, inverted
-/// (higher score first), then the id (smaller first). Integer compares make
-/// the selections and sorts of a [`Reservoir`] cheaper than float ones.
+/// A candidate as one integer, ascending = better, that holds it whole:
+/// the score's bits mapped so that unsigned order is `f32::total_cmp`
+/// order, inverted (higher score first), then the id (smaller first), then
+/// the row. Integer selections and sorts are what make a [`Reservoir`]
+/// cheap; the key needs no recomputing at each comparison.
 #[inline]
-fn rank_key(c: &Cand) -> u128 {
+fn pack(c: &Cand) -> u128 {
     let b = c.score.to_bits();
     let ordered = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
-    (u128::from(!ordered) << 64) | u128::from(c.id)
+    (u128::from(!ordered) << 96) | (u128::from(c.id) << 32) | u128::from(c.row)
+}
+
+/// The candidate of a [`pack`]ed key.
+#[inline]
+fn unpack(key: u128) -> Cand {
+    let ordered = !((key >> 96) as u32);
+    let bits = if ordered >> 31 == 1 {
+        ordered & 0x7fff_ffff
+    } else {
+        !ordered
+    };
+    Cand {
+        score: f32::from_bits(bits),
+        id: (key >> 32) as u64,
+        row: key as u32,
+    }
 }
 
 impl Reservoir {
@@ -187,7 +205,7 @@ impl Reservoir {
         if self.k == 0 || c.score < self.thr {
             return;
         }
-        self.buf.push(c);
+        self.buf.push(pack(&c));
         if self.buf.len() >= Self::cap(self.k) {
             self.shrink();
         }
@@ -196,16 +214,16 @@ impl Reservoir {
     /// Keeps the best `k` and raises the threshold to the `k`-th score.
     fn shrink(&mut self) {
         if self.buf.len() > self.k {
-            self.buf.select_nth_unstable_by_key(self.k - 1, rank_key);
+            self.buf.select_nth_unstable(self.k - 1);
             self.buf.truncate(self.k);
-            self.thr = self.buf[self.k - 1].score;
+            self.thr = unpack(self.buf[self.k - 1]).score;
         }
     }
 
     /// Offers every candidate of another reservoir.
     pub fn merge(&mut self, other: Reservoir) {
         for c in other.buf {
-            self.push(c);
+            self.push(unpack(c));
         }
     }
 
@@ -222,8 +240,8 @@ impl Reservoir {
     /// The candidates, best first.
     pub fn into_sorted(mut self) -> Vec<Cand> {
         self.shrink();
-        self.buf.sort_unstable_by_key(rank_key);
-        self.buf
+        self.buf.sort_unstable();
+        self.buf.into_iter().map(unpack).collect()
     }
 }
 
@@ -249,6 +267,46 @@ mod tests {
                 assert!(b.threshold() <= a.threshold() || a.len() < k);
             }
             assert_eq!(a.into_sorted(), b.into_sorted(), "k = {k}");
+        }
+    }
+
+    #[test]
+    fn packed_keys_hold_the_candidate_and_its_order() {
+        let scores = [
+            f32::NEG_INFINITY,
+            -1e30,
+            -1.5,
+            -0.0,
+            0.0,
+            1e-40,
+            0.25,
+            3.0e38,
+            f32::INFINITY,
+            f32::NAN,
+            -f32::NAN,
+        ];
+        let cands: Vec<Cand> = scores
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &score)| {
+                [0u64, 7, u64::MAX].map(|id| Cand {
+                    score,
+                    id,
+                    row: (i as u32).wrapping_mul(0x9e37_79b9),
+                })
+            })
+            .collect();
+        for a in &cands {
+            let back = unpack(pack(a));
+            assert_eq!(
+                (back.score.to_bits(), back.id, back.row),
+                (a.score.to_bits(), a.id, a.row)
+            );
+            for b in &cands {
+                if a.score.total_cmp(&b.score) != Ordering::Equal || a.id != b.id {
+                    assert_eq!(pack(a) < pack(b), a.better_than(b), "{a:?} {b:?}");
+                }
+            }
         }
     }
 

@@ -12,7 +12,7 @@ use crate::simd::{Isa, pq4};
 use crate::store::{RerankStore, Sq8Rows};
 use crate::topk::{Cand, Reservoir};
 use crate::vector::Bitset;
-use crate::views::{InvList, IvfParts, IvfPlan, StoreRef};
+use crate::views::{InvList, IvfParts, IvfPlan, Probe, StoreRef};
 use rayon::prelude::*;
 
 /// What a scan checks before offering a row: is it alive, and its id.
@@ -147,62 +147,222 @@ fn adc_scan_list(lut: &[f32], m: usize, list: &InvList, bias: f32, live: Live<'_
     }
 }
 
-/// [`crate::Compute::fastscan_top_k`].
+/// Most queries one task of [`fastscan_top_k`] serves: enough that the
+/// queries of a batch share lists, few enough that a batch splits into
+/// several tasks per thread.
+const GROUP: usize = 64;
+
+/// How many queries each task of a `nq`-query batch takes on `threads`
+/// workers: one per task while the batch is small (the latency path, one
+/// query at a time, probes in order), more as it grows so that the queries
+/// probing the same list share its scan, keeping about four tasks per
+/// worker for balance.
+fn group_size(nq: usize, threads: usize) -> usize {
+    nq.div_ceil(4 * threads.max(1)).clamp(1, GROUP)
+}
+
+/// [`crate::Compute::fastscan_top_k`]: the queries in groups
+/// ([`group_size`]), each group on one worker. A group quantises its
+/// queries' tables, then visits each list its queries probe once, scanning
+/// it for up to [`pq4::MULTI`] of them per pass ([`pq4::scan_multi`]), lists
+/// nearest to some query first so that thresholds rise early. The result is
+/// the per-query scan's exactly: each query's heap sees the same candidates
+/// (only their order differs, and the heap's result does not depend on it).
 pub(super) fn fastscan_top_k(isa: Isa, parts: &IvfParts<'_>, plan: &IvfPlan) -> Result<Vec<Vec<Cand>>> {
     let books = parts.books;
     check_books(books)?;
     let m = books.m();
+    let d = books.dim().max(1);
+    let k = plan.shortlist.min(parts.ids.len());
     let live = Live::of(parts);
-    each_query(
-        parts,
-        plan,
-        || (vec![0f32; m * KSUB4], QuantizedTables::default()),
-        |(table, qt), q| {
-            books.table_into(q, table);
-            qt.quantize(table, m)
-        },
-        |(_, qt), list, bias, heap| scan_packed_list(isa, qt, list, bias, live, heap),
-    )
+    let g = group_size(plan.probes.len(), rayon::current_num_threads());
+    let groups: Vec<Vec<Vec<Cand>>> = plan
+        .probes
+        .par_chunks(g)
+        .zip(plan.rotated.par_chunks(g * d))
+        .map_init(
+            || {
+                (
+                    vec![0f32; m * KSUB4],
+                    Vec::<QuantizedTables>::new(),
+                    GroupScratch::default(),
+                )
+            },
+            |(table, qts, scratch), (probes, queries)| {
+                if qts.len() < probes.len() {
+                    qts.resize_with(probes.len(), QuantizedTables::default);
+                }
+                for (qt, q) in qts.iter_mut().zip(queries.chunks_exact(d)) {
+                    books.table_into(q, table);
+                    qt.quantize(table, m)?;
+                }
+                let mut heaps: Vec<Reservoir> = probes.iter().map(|_| Reservoir::new(k)).collect();
+                // Each query's nearest list first (shared by the queries it
+                // is nearest to), then the rest: the heaps start from good
+                // thresholds, as in a query-at-a-time scan, before the
+                // lists shared widely are scanned.
+                let group = Group {
+                    isa,
+                    qts: &qts[..probes.len()],
+                    probes,
+                    parts,
+                    live,
+                };
+                group.scan(0..1, scratch, &mut heaps);
+                group.scan(1..usize::MAX, scratch, &mut heaps);
+                Ok(heaps.into_iter().map(Reservoir::into_sorted).collect())
+            },
+        )
+        .collect::<Result<_>>()?;
+    Ok(groups.into_iter().flatten().collect())
 }
 
-/// Scans one list of packed 4-bit codes with quantised tables on `isa`,
-/// offering live candidates to `heap` (the scan of [`crate::fastscan`]'s
-/// documentation). A list whose blocks are shorter than its rows need is
-/// skipped.
-fn scan_packed_list(isa: Isa, qt: &QuantizedTables, list: &InvList, bias: f32, live: Live<'_>, heap: &mut Reservoir) {
-    let n = list.rows.len();
-    let bb = qt.lut().len();
-    let Some(blocks) = list.codes.get(..n.div_ceil(BLOCK) * bb) else {
-        return;
-    };
-    if n == 0 {
-        return;
-    }
-    let Some(t0) = qt.min_sum(heap.threshold(), bias) else {
-        return;
-    };
-    pq4::scan(isa, qt.lut(), blocks, t0, &mut |b, mask, sums| {
-        let mut bits = mask;
-        while bits != 0 {
-            let e = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let entry = b * BLOCK + e;
-            if entry >= n {
-                break; // padding of the last block; later bits are padding too
+/// One probe of a group: (list, the probe's rank in its query, the query's
+/// place in the group, the list's bias for it).
+type Visit = (u32, u32, u32, f32);
+
+/// Reused buffers of [`scan_group`].
+#[derive(Default)]
+struct GroupScratch {
+    /// Per list, where its visits start in `sorted` (`nlist + 1` entries).
+    first: Vec<u32>,
+    /// Per list, where its next visit goes while `sorted` fills.
+    next: Vec<u32>,
+    /// The group's visits, by list.
+    sorted: Vec<Visit>,
+    /// Per visited list: (its best probe rank, start, end in `sorted`).
+    runs: Vec<(u32, usize, usize)>,
+}
+
+/// The queries of one task of [`fastscan_top_k`]: query `i` probes
+/// `probes[i]` with tables `qts[i]`.
+struct Group<'g, 'p> {
+    isa: Isa,
+    qts: &'g [QuantizedTables],
+    probes: &'g [Vec<Probe>],
+    parts: &'g IvfParts<'p>,
+    live: Live<'p>,
+}
+
+/// The probes of `ps` whose rank (place in `ps`) is in `ranks`, with it.
+fn band(ps: &[Probe], ranks: std::ops::Range<usize>) -> impl Iterator<Item = (usize, &Probe)> {
+    ps.iter().enumerate().skip(ranks.start).take(ranks.len())
+}
+
+impl Group<'_, '_> {
+    /// Scans the lists the group's probes of rank `ranks` name, each once
+    /// for all the queries that probe it, into `heaps[i]` (query `i`'s).
+    fn scan(&self, ranks: std::ops::Range<usize>, scratch: &mut GroupScratch, heaps: &mut [Reservoir]) {
+        let Group {
+            isa,
+            qts,
+            probes,
+            parts,
+            live,
+        } = *self;
+        // Counting sort by list (then query, as each query's probes are pushed
+        // in query order); `first[l]` ends up as the start of list l's run.
+        let nlist = parts.lists.lists.len();
+        let GroupScratch {
+            first,
+            next,
+            sorted,
+            runs,
+        } = scratch;
+        first.clear();
+        first.resize(nlist + 1, 0);
+        for (_, p) in probes.iter().flat_map(|ps| band(ps, ranks.clone())) {
+            if let Some(c) = first.get_mut(p.list as usize + 1) {
+                *c += 1;
             }
-            let row = list.rows[entry];
-            if live.alive.get(row as usize)
-                && let Some(&id) = live.ids.get(row as usize)
-            {
-                heap.push(Cand {
-                    score: qt.score(sums[e], bias),
-                    id,
-                    row,
+        }
+        for l in 0..nlist {
+            first[l + 1] += first[l];
+        }
+        sorted.clear();
+        sorted.resize(first[nlist] as usize, (0, 0, 0, 0.0));
+        next.clone_from(first);
+        for (qi, ps) in probes.iter().enumerate() {
+            for (rank, p) in band(ps, ranks.clone()) {
+                if let Some(at) = next.get_mut(p.list as usize) {
+                    sorted[*at as usize] = (p.list, rank as u32, qi as u32, p.bias);
+                    *at += 1;
+                }
+            }
+        }
+        let visits = &*sorted;
+        // Each list's run, nearest lists first: a list some query probes first
+        // comes before one probed late by all, so thresholds rise early.
+        runs.clear();
+        for l in 0..nlist {
+            let (start, end) = (first[l] as usize, first[l + 1] as usize);
+            if start < end {
+                let best = visits[start..end].iter().map(|v| v.1).min().unwrap_or(0);
+                runs.push((best, start, end));
+            }
+        }
+        runs.sort_unstable_by_key(|r| (r.0, r.1));
+        let lut_len = qts.first().map_or(0, |q| q.lut().len());
+        for &(_, start, end) in runs.iter() {
+            let Some(list) = parts.lists.lists.get(visits[start].0 as usize) else {
+                continue;
+            };
+            let n = list.rows.len();
+            let Some(blocks) = list.codes.get(..n.div_ceil(BLOCK) * lut_len) else {
+                continue;
+            };
+            if n == 0 {
+                continue;
+            }
+            for chunk in visits[start..end].chunks(pq4::MULTI) {
+                // The chunk's queries that can still gain from this list.
+                let mut slots: [(usize, f32); pq4::MULTI] = [(0, 0.0); pq4::MULTI];
+                let mut luts: [&[u8]; pq4::MULTI] = [&[]; pq4::MULTI];
+                let mut thrs = [0u16; pq4::MULTI];
+                let mut used = 0;
+                for &(_, _, qi, bias) in chunk {
+                    let qi = qi as usize;
+                    if let Some(t0) = qts[qi].min_sum(heaps[qi].threshold(), bias) {
+                        slots[used] = (qi, bias);
+                        luts[used] = qts[qi].lut();
+                        thrs[used] = t0;
+                        used += 1;
+                    }
+                }
+                // Each slot's last heap threshold and its `min_sum`: the heap
+                // raises its threshold only now and then, so most calls reuse it.
+                let mut last: [(f32, Option<u16>); pq4::MULTI] = [(f32::NAN, None); pq4::MULTI];
+                pq4::scan_multi(isa, &luts[..used], blocks, &thrs[..used], &mut |s, b, mask, sums| {
+                    let (qi, bias) = slots[s];
+                    let (qt, heap) = (&qts[qi], &mut heaps[qi]);
+                    let mut bits = mask;
+                    while bits != 0 {
+                        let e = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        let entry = b * BLOCK + e;
+                        if entry >= n {
+                            break; // padding of the last block; later bits are padding too
+                        }
+                        let row = list.rows[entry];
+                        if live.alive.get(row as usize)
+                            && let Some(&id) = live.ids.get(row as usize)
+                        {
+                            heap.push(Cand {
+                                score: qt.score(sums[e], bias),
+                                id,
+                                row,
+                            });
+                        }
+                    }
+                    let thr = heap.threshold();
+                    if last[s].0.to_bits() != thr.to_bits() {
+                        last[s] = (thr, qt.min_sum(thr, bias));
+                    }
+                    last[s].1
                 });
             }
         }
-        qt.min_sum(heap.threshold(), bias)
-    });
+    }
 }
 
 /// [`crate::Compute::rerank`].

@@ -57,6 +57,67 @@ pub(crate) fn scan(isa: Isa, lut: &[u8], blocks: &[u8], thr: u16, on_hits: &mut 
     }
 }
 
+/// Most tables one [`scan_multi`] call takes.
+pub(crate) const MULTI: usize = 4;
+
+/// [`OnHits`] for [`scan_multi`]: called with the slot (the table's place in
+/// the call) first, then as [`OnHits`].
+pub(crate) type OnHitsMulti<'a> = dyn FnMut(usize, usize, u32, &[u16; BLOCK]) -> Option<u16> + 'a;
+
+/// [`scan`] with up to [`MULTI`] tables (one per query) over the same
+/// blocks: the AVX paths load each block's codes and split their nibbles
+/// once for every table (FAISS's fast-scan batches queries per list the same
+/// way). Slot `s` gets exactly the calls `scan(isa, luts[s], blocks, thrs[s],
+/// …)` would make, tagged `s`; `None` ends slot `s` alone, and the scan ends
+/// when every slot has. Does nothing when `luts` and `thrs` differ in length,
+/// hold none or more than [`MULTI`], the tables differ in length, or the
+/// lengths do not describe whole blocks.
+pub(crate) fn scan_multi(isa: Isa, luts: &[&[u8]], blocks: &[u8], thrs: &[u16], on_hits: &mut OnHitsMulti<'_>) {
+    let Some(first) = luts.first() else {
+        return;
+    };
+    let bb = first.len();
+    if luts.len() != thrs.len()
+        || luts.len() > MULTI
+        || luts.iter().any(|l| l.len() != bb)
+        || bb == 0
+        || !bb.is_multiple_of(32)
+        || !blocks.len().is_multiple_of(bb)
+    {
+        return;
+    }
+    match (isa, luts.len()) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `scan`; the lengths were checked above.
+        (Isa::Avx512, n) if n > 1 && std::arch::is_x86_feature_detected!("avx512bw") => unsafe {
+            match n {
+                2 => x86::scan_avx512_multi::<2>(luts, blocks, thrs, on_hits),
+                3 => x86::scan_avx512_multi::<3>(luts, blocks, thrs, on_hits),
+                _ => x86::scan_avx512_multi::<4>(luts, blocks, thrs, on_hits),
+            }
+        },
+        // AVX2 has 16 registers: two tables' accumulators fit beside the codes.
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512 | Isa::Avx2, n) if n > 1 => {
+            for (pair, (l, t)) in luts.chunks(2).zip(thrs.chunks(2)).enumerate() {
+                let base = 2 * pair;
+                let mut tagged = |s: usize, b: usize, mask: u32, sums: &[u16; BLOCK]| on_hits(base + s, b, mask, sums);
+                if l.len() == 2 {
+                    // SAFETY: as in `scan`; the lengths were checked above.
+                    unsafe { x86::scan_avx2_multi::<2>(l, blocks, t, &mut tagged) }
+                } else {
+                    scan(isa, l[0], blocks, t[0], &mut |b, mask, sums| tagged(0, b, mask, sums));
+                }
+            }
+        }
+        _ => {
+            for (s, (l, &t)) in luts.iter().zip(thrs).enumerate() {
+                scan(isa, l, blocks, t, &mut |b, mask, sums| on_hits(s, b, mask, sums));
+            }
+        }
+    }
+}
+
 /// Each 16-entry table's smallest and largest entry (finite tables), into
 /// `out` (cleared first).
 pub(crate) fn table_ranges(isa: Isa, tables: &[[f32; 16]], out: &mut Vec<(f32, f32)>) {
@@ -133,7 +194,7 @@ fn scan_scalar(lut: &[u8], blocks: &[u8], mut thr: u16, on_hits: &mut OnHits<'_>
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{BLOCK, OnHits};
+    use super::{BLOCK, OnHits, OnHitsMulti};
     use std::arch::x86_64::*;
 
     /// Adds one register of codes (two sub-quantizers, one per 128-bit lane)
@@ -264,6 +325,119 @@ mod x86 {
                 }
                 if !close_block(&acc, b, &mut thr, on_hits) {
                     return;
+                }
+            }
+        }
+    }
+
+    /// [`scan_avx2`] for `Q` tables at once ([`super::scan_multi`]): each
+    /// pair of code groups is loaded and split into nibbles once.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn scan_avx2_multi<const Q: usize>(
+        luts: &[&[u8]],
+        blocks: &[u8],
+        thrs: &[u16],
+        on_hits: &mut OnHitsMulti<'_>,
+    ) {
+        let bb = luts[0].len();
+        let pairs = bb / 32;
+        let tp: [*const u8; Q] = std::array::from_fn(|s| luts[s].as_ptr());
+        let mut thr: [u16; Q] = std::array::from_fn(|s| thrs[s]);
+        let mut live = [true; Q];
+        let mut left = Q;
+        let cp = blocks.as_ptr();
+        let nib = _mm256_set1_epi8(0x0f);
+        for b in 0..blocks.len() / bb {
+            let mut acc = [[_mm256_setzero_si256(); 4]; Q];
+            // SAFETY: as in scan_avx2, for every table (all are bb bytes).
+            unsafe {
+                let code = cp.add(b * bb);
+                for p in 0..pairs {
+                    let c = _mm256_loadu_si256(code.add(32 * p) as *const __m256i);
+                    let lo = _mm256_and_si256(c, nib);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
+                    for s in 0..Q {
+                        let t = _mm256_loadu_si256(tp[s].add(32 * p) as *const __m256i);
+                        let rl = _mm256_shuffle_epi8(t, lo);
+                        let rh = _mm256_shuffle_epi8(t, hi);
+                        acc[s][0] = _mm256_add_epi16(acc[s][0], rl);
+                        acc[s][1] = _mm256_add_epi16(acc[s][1], _mm256_srli_epi16(rl, 8));
+                        acc[s][2] = _mm256_add_epi16(acc[s][2], rh);
+                        acc[s][3] = _mm256_add_epi16(acc[s][3], _mm256_srli_epi16(rh, 8));
+                    }
+                }
+                for s in 0..Q {
+                    if !live[s] {
+                        continue;
+                    }
+                    let mut tagged = |b: usize, mask: u32, sums: &[u16; BLOCK]| on_hits(s, b, mask, sums);
+                    if !close_block(&acc[s], b, &mut thr[s], &mut tagged) {
+                        live[s] = false;
+                        left -= 1;
+                        if left == 0 {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`scan_avx512`] for `Q` tables at once ([`super::scan_multi`]): each
+    /// quad of code groups is loaded and split into nibbles once.
+    #[target_feature(enable = "avx2,avx512f,avx512bw")]
+    pub(super) unsafe fn scan_avx512_multi<const Q: usize>(
+        luts: &[&[u8]],
+        blocks: &[u8],
+        thrs: &[u16],
+        on_hits: &mut OnHitsMulti<'_>,
+    ) {
+        let bb = luts[0].len();
+        let pairs = bb / 32;
+        let quads = pairs / 2;
+        let tp: [*const u8; Q] = std::array::from_fn(|s| luts[s].as_ptr());
+        let mut thr: [u16; Q] = std::array::from_fn(|s| thrs[s]);
+        let mut live = [true; Q];
+        let mut left = Q;
+        let cp = blocks.as_ptr();
+        let nib = _mm512_set1_epi8(0x0f);
+        for b in 0..blocks.len() / bb {
+            // SAFETY: as in scan_avx512, for every table (all are bb bytes).
+            unsafe {
+                let code = cp.add(b * bb);
+                let mut w = [[_mm512_setzero_si512(); 4]; Q];
+                for q in 0..quads {
+                    let c = _mm512_loadu_si512(code.add(64 * q) as *const __m512i);
+                    let lo = _mm512_and_si512(c, nib);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), nib);
+                    for s in 0..Q {
+                        let t = _mm512_loadu_si512(tp[s].add(64 * q) as *const __m512i);
+                        let rl = _mm512_shuffle_epi8(t, lo);
+                        let rh = _mm512_shuffle_epi8(t, hi);
+                        w[s][0] = _mm512_add_epi16(w[s][0], rl);
+                        w[s][1] = _mm512_add_epi16(w[s][1], _mm512_srli_epi16(rl, 8));
+                        w[s][2] = _mm512_add_epi16(w[s][2], rh);
+                        w[s][3] = _mm512_add_epi16(w[s][3], _mm512_srli_epi16(rh, 8));
+                    }
+                }
+                let tail = (pairs % 2 == 1).then(|| _mm256_loadu_si256(code.add(64 * quads) as *const __m256i));
+                for s in 0..Q {
+                    if !live[s] {
+                        continue;
+                    }
+                    let mut acc = [fold(w[s][0]), fold(w[s][1]), fold(w[s][2]), fold(w[s][3])];
+                    if let Some(c) = tail {
+                        let t = _mm256_loadu_si256(tp[s].add(64 * quads) as *const __m256i);
+                        accumulate256(&mut acc, c, t);
+                    }
+                    let mut tagged = |b: usize, mask: u32, sums: &[u16; BLOCK]| on_hits(s, b, mask, sums);
+                    if !close_block(&acc, b, &mut thr[s], &mut tagged) {
+                        live[s] = false;
+                        left -= 1;
+                        if left == 0 {
+                            return;
+                        }
+                    }
                 }
             }
         }
@@ -465,6 +639,60 @@ mod tests {
             for isa in Isa::available() {
                 assert_eq!(all_sums(isa, &lut, &blocks), want, "{isa:?} m2 {m2}");
             }
+        }
+    }
+
+    /// Every call `scan` makes for one table, as (block, mask, sums), with
+    /// the threshold raised to the largest sum seen and a stop after `stop`
+    /// calls.
+    type Calls = Vec<(usize, u32, [u16; BLOCK])>;
+
+    fn respond(calls: &mut Calls, stop: usize, b: usize, mask: u32, sums: &[u16; BLOCK]) -> Option<u16> {
+        calls.push((b, mask, *sums));
+        let top = sums.iter().copied().max().unwrap_or(0);
+        (calls.len() < stop).then_some(top.saturating_sub(40))
+    }
+
+    #[test]
+    fn multi_table_scans_make_the_calls_of_single_scans() {
+        let mut r = Rng::new(11);
+        for m2 in [2usize, 4, 6, 14, 48, 96] {
+            let blocks: Vec<u8> = (0..16 * m2 * 9).map(|_| (r.next_u64() % 256) as u8).collect();
+            let luts: Vec<Vec<u8>> = (0..MULTI)
+                .map(|_| (0..16 * m2).map(|_| (r.next_u64() % 256) as u8).collect())
+                .collect();
+            for n in 1..=MULTI {
+                let refs: Vec<&[u8]> = luts[..n].iter().map(Vec::as_slice).collect();
+                let thrs: Vec<u16> = (0..n).map(|s| (s as u16) * 3000).collect();
+                // Slot s stops after s + 2 calls (slot 0 after 2; the last may never).
+                let stops: Vec<usize> = (0..n).map(|s| s + 2).collect();
+                for isa in Isa::available() {
+                    let mut want: Vec<Calls> = vec![Vec::new(); n];
+                    for s in 0..n {
+                        scan(isa, refs[s], &blocks, thrs[s], &mut |b, mask, sums| {
+                            respond(&mut want[s], stops[s], b, mask, sums)
+                        });
+                    }
+                    let mut got: Vec<Calls> = vec![Vec::new(); n];
+                    scan_multi(isa, &refs, &blocks, &thrs, &mut |s, b, mask, sums| {
+                        respond(&mut got[s], stops[s], b, mask, sums)
+                    });
+                    assert_eq!(got, want, "{isa:?} m2 {m2} tables {n}");
+                    assert!(want[0].len() == 2, "the first slot stops after two calls");
+                }
+            }
+            // Malformed calls do nothing.
+            let refs: Vec<&[u8]> = luts.iter().map(Vec::as_slice).collect();
+            let mut calls = 0;
+            scan_multi(Isa::active(), &refs, &blocks, &[0; 3], &mut |_, _, _, _| {
+                calls += 1;
+                Some(0)
+            });
+            scan_multi(Isa::active(), &[&luts[0][..16]], &blocks, &[0], &mut |_, _, _, _| {
+                calls += 1;
+                Some(0)
+            });
+            assert_eq!(calls, 0);
         }
     }
 

@@ -127,6 +127,9 @@ pub(crate) fn table_ranges(isa: Isa, tables: &[[f32; 16]], out: &mut Vec<(f32, f
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx512` is produced only after runtime detection.
         Isa::Avx512 => unsafe { x86::ranges_avx512(tables, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is produced only after runtime detection.
+        Isa::Avx2 => unsafe { x86::ranges_avx2(tables, out) },
         _ => out.extend(tables.iter().map(range_generic)),
     }
 }
@@ -147,6 +150,9 @@ pub(crate) fn quantize_tables(isa: Isa, tables: &[[f32; 16]], lo: &[f32], a: f32
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx512` is produced only after runtime detection.
         Isa::Avx512 => unsafe { x86::quantize_avx512(tables, lo, a, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is produced only after runtime detection.
+        Isa::Avx2 => unsafe { x86::quantize_avx2(tables, lo, a, out) },
         _ => quantize_generic(tables, lo, a, out),
     }
 }
@@ -302,6 +308,72 @@ mod x86 {
                 let i = _mm512_cvttps_epi32(y);
                 _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(i));
                 sum += _mm512_reduce_max_epi32(i) as u32;
+            }
+        }
+        sum
+    }
+
+    /// Smallest and largest of 8 lanes, in every lane.
+    #[inline(always)]
+    unsafe fn min_max8(mn: __m256, mx: __m256) -> (f32, f32) {
+        unsafe {
+            let mn = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
+            let mx = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            let mn = _mm_min_ps(mn, _mm_movehl_ps(mn, mn));
+            let mx = _mm_max_ps(mx, _mm_movehl_ps(mx, mx));
+            let mn = _mm_min_ss(mn, _mm_shuffle_ps(mn, mn, 1));
+            let mx = _mm_max_ss(mx, _mm_shuffle_ps(mx, mx, 1));
+            (_mm_cvtss_f32(mn), _mm_cvtss_f32(mx))
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn ranges_avx2(tables: &[[f32; 16]], out: &mut Vec<(f32, f32)>) {
+        for t in tables {
+            // SAFETY: a table is exactly 16 f32s, two ymm.
+            unsafe {
+                let a = _mm256_loadu_ps(t.as_ptr());
+                let b = _mm256_loadu_ps(t.as_ptr().add(8));
+                out.push(min_max8(_mm256_min_ps(a, b), _mm256_max_ps(a, b)));
+            }
+        }
+    }
+
+    /// `⌊(v − l)·a + ½⌋` clamped to [0, 255], as i32 lanes; separate sub,
+    /// mul and add, as the portable path rounds them.
+    #[inline(always)]
+    unsafe fn quantize8(v: __m256, l: __m256, a: __m256, half: __m256, zero: __m256, top: __m256) -> __m256i {
+        unsafe {
+            let y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v, l), a), half);
+            _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(y, zero), top))
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_avx2(tables: &[[f32; 16]], lo: &[f32], a: f32, out: &mut [[u8; 16]]) -> u32 {
+        let (va, half, zero, top) = (
+            _mm256_set1_ps(a),
+            _mm256_set1_ps(0.5),
+            _mm256_setzero_ps(),
+            _mm256_set1_ps(255.0),
+        );
+        let mut sum = 0u32;
+        for ((t, q), &l) in tables.iter().zip(out.iter_mut()).zip(lo) {
+            // SAFETY: a table is exactly 16 f32s; q is 16 bytes.
+            unsafe {
+                let vl = _mm256_set1_ps(l);
+                let i0 = quantize8(_mm256_loadu_ps(t.as_ptr()), vl, va, half, zero, top);
+                let i1 = quantize8(_mm256_loadu_ps(t.as_ptr().add(8)), vl, va, half, zero, top);
+                // i32 → i16 (in order after the 64-bit permute) → u8.
+                let w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0b11_01_10_00);
+                let b = _mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0b00_00_10_00);
+                let b = _mm256_castsi256_si128(b);
+                _mm_storeu_si128(q.as_mut_ptr() as *mut __m128i, b);
+                let m = _mm_max_epu8(b, _mm_srli_si128(b, 8));
+                let m = _mm_max_epu8(m, _mm_srli_si128(m, 4));
+                let m = _mm_max_epu8(m, _mm_srli_si128(m, 2));
+                let m = _mm_max_epu8(m, _mm_srli_si128(m, 1));
+                sum += (_mm_cvtsi128_si32(m) & 0xff) as u32;
             }
         }
         sum

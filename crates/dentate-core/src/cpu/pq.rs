@@ -260,8 +260,10 @@ impl Group<'_, '_> {
             parts,
             live,
         } = *self;
-        // Counting sort by list (then query, as each query's probes are pushed
-        // in query order); `first[l]` ends up as the start of list l's run.
+        // The band's visits by list, then query. A counting sort over the
+        // lists when the group's visits are many against them; a comparison
+        // sort when few (one query over thousands of lists), so that no
+        // pass over every list is paid per query.
         let nlist = parts.lists.lists.len();
         let GroupScratch {
             first,
@@ -269,24 +271,39 @@ impl Group<'_, '_> {
             sorted,
             runs,
         } = scratch;
-        first.clear();
-        first.resize(nlist + 1, 0);
-        for (_, p) in probes.iter().flat_map(|ps| band(ps, ranks.clone())) {
-            if let Some(c) = first.get_mut(p.list as usize + 1) {
-                *c += 1;
-            }
-        }
-        for l in 0..nlist {
-            first[l + 1] += first[l];
-        }
         sorted.clear();
-        sorted.resize(first[nlist] as usize, (0, 0, 0, 0.0));
-        next.clone_from(first);
-        for (qi, ps) in probes.iter().enumerate() {
-            for (rank, p) in band(ps, ranks.clone()) {
-                if let Some(at) = next.get_mut(p.list as usize) {
-                    sorted[*at as usize] = (p.list, rank as u32, qi as u32, p.bias);
-                    *at += 1;
+        let count: usize = probes
+            .iter()
+            .map(|ps| ps.len().saturating_sub(ranks.start).min(ranks.len()))
+            .sum();
+        if count.saturating_mul(8) < nlist {
+            for (qi, ps) in probes.iter().enumerate() {
+                for (rank, p) in band(ps, ranks.clone()) {
+                    sorted.push((p.list, rank as u32, qi as u32, p.bias));
+                }
+            }
+            sorted.sort_unstable_by_key(|v| (v.0, v.2));
+        } else {
+            // `first[l + 1]` counts list l, then becomes where its run starts;
+            // each query's probes are placed in query order.
+            first.clear();
+            first.resize(nlist + 1, 0);
+            for (_, p) in probes.iter().flat_map(|ps| band(ps, ranks.clone())) {
+                if let Some(c) = first.get_mut(p.list as usize + 1) {
+                    *c += 1;
+                }
+            }
+            for l in 0..nlist {
+                first[l + 1] += first[l];
+            }
+            sorted.resize(first[nlist] as usize, (0, 0, 0, 0.0));
+            next.clone_from(first);
+            for (qi, ps) in probes.iter().enumerate() {
+                for (rank, p) in band(ps, ranks.clone()) {
+                    if let Some(at) = next.get_mut(p.list as usize) {
+                        sorted[*at as usize] = (p.list, rank as u32, qi as u32, p.bias);
+                        *at += 1;
+                    }
                 }
             }
         }
@@ -294,12 +311,13 @@ impl Group<'_, '_> {
         // Each list's run, nearest lists first: a list some query probes first
         // comes before one probed late by all, so thresholds rise early.
         runs.clear();
-        for l in 0..nlist {
-            let (start, end) = (first[l] as usize, first[l + 1] as usize);
-            if start < end {
-                let best = visits[start..end].iter().map(|v| v.1).min().unwrap_or(0);
-                runs.push((best, start, end));
-            }
+        let mut start = 0;
+        while start < visits.len() {
+            let list = visits[start].0;
+            let len = visits[start..].iter().take_while(|v| v.0 == list).count();
+            let best = visits[start..start + len].iter().map(|v| v.1).min().unwrap_or(0);
+            runs.push((best, start, start + len));
+            start += len;
         }
         runs.sort_unstable_by_key(|r| (r.0, r.1));
         let lut_len = qts.first().map_or(0, |q| q.lut().len());

@@ -78,6 +78,15 @@ fn embed_speed(c: &mut Criterion) {
             b.iter(|| black_box(hash.embed(black_box(&refs)).unwrap()))
         });
     }
+    // One short query at a time: what a memory search pays before its index.
+    let mut i = 0;
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("minilm/one_short", |b| {
+        b.iter(|| {
+            i = (i + 1) % short.len();
+            black_box(minilm.embed(black_box(&[short[i].as_str()])).unwrap())
+        })
+    });
     g.finish();
 }
 

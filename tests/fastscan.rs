@@ -332,8 +332,7 @@ fn batched_search_equals_one_query_at_a_time() {
     assert_eq!(idx.remove(&removed), 800);
     for params in [
         IvfSearchParams { nprobe: 1, rerank: 0 },
-        // One query probing few of the 32 lists orders its visits by a
-        // comparison sort; the batch, by a counting sort over the lists.
+        // One query probing few of the 32 lists, and a batch probing all.
         IvfSearchParams { nprobe: 3, rerank: 0 },
         IvfSearchParams { nprobe: 6, rerank: 0 },
         IvfSearchParams { nprobe: 12, rerank: 4 },

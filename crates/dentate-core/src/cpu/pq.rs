@@ -201,6 +201,7 @@ pub(super) fn fastscan_top_k(isa: Isa, parts: &IvfParts<'_>, plan: &IvfPlan) -> 
                 // is nearest to), then the rest: the heaps start from good
                 // thresholds, as in a query-at-a-time scan, before the
                 // lists shared widely are scanned.
+                scratch.prepare(probes.iter().map(Vec::len).sum());
                 let group = Group {
                     isa,
                     qts: &qts[..probes.len()],
@@ -217,6 +218,19 @@ pub(super) fn fastscan_top_k(isa: Isa, parts: &IvfParts<'_>, plan: &IvfPlan) -> 
     Ok(groups.into_iter().flatten().collect())
 }
 
+impl GroupScratch {
+    /// Room for `visits` visits in every buffer, so that no band of the
+    /// group grows one.
+    fn prepare(&mut self, visits: usize) {
+        for v in [&mut self.sorted, &mut self.spare] {
+            v.clear();
+            v.reserve(visits);
+        }
+        self.runs.clear();
+        self.runs.reserve(visits);
+    }
+}
+
 /// One probe of a group: (list, the probe's rank in its query, the query's
 /// place in the group, the list's bias for it).
 type Visit = (u32, u32, u32, f32);
@@ -224,12 +238,10 @@ type Visit = (u32, u32, u32, f32);
 /// Reused buffers of [`scan_group`].
 #[derive(Default)]
 struct GroupScratch {
-    /// Per list, where its visits start in `sorted` (`nlist + 1` entries).
-    first: Vec<u32>,
-    /// Per list, where its next visit goes while `sorted` fills.
-    next: Vec<u32>,
     /// The group's visits, by list.
     sorted: Vec<Visit>,
+    /// The other buffer of the radix sort.
+    spare: Vec<Visit>,
     /// Per visited list: (its best probe rank, start, end in `sorted`).
     runs: Vec<(u32, usize, usize)>,
 }
@@ -260,52 +272,38 @@ impl Group<'_, '_> {
             parts,
             live,
         } = *self;
-        // The band's visits by list, then query. A counting sort over the
-        // lists when the group's visits are many against them; a comparison
-        // sort when few (one query over thousands of lists), so that no
-        // pass over every list is paid per query.
-        let nlist = parts.lists.lists.len();
-        let GroupScratch {
-            first,
-            next,
-            sorted,
-            runs,
-        } = scratch;
+        // The band's visits by list, then query: a stable radix sort on the
+        // list (8 bits a pass: one pass up to 256 lists, two up to 65,536),
+        // linear in the visits whatever the lists, so a single query over
+        // thousands of lists pays no pass over all of them. The buffers
+        // hold every visit of the group already (`GroupScratch::prepare`):
+        // a search allocates the same whatever it probes.
+        let GroupScratch { sorted, spare, runs } = scratch;
         sorted.clear();
-        let count: usize = probes
-            .iter()
-            .map(|ps| ps.len().saturating_sub(ranks.start).min(ranks.len()))
-            .sum();
-        if count.saturating_mul(8) < nlist {
-            for (qi, ps) in probes.iter().enumerate() {
-                for (rank, p) in band(ps, ranks.clone()) {
-                    sorted.push((p.list, rank as u32, qi as u32, p.bias));
-                }
+        for (qi, ps) in probes.iter().enumerate() {
+            for (rank, p) in band(ps, ranks.clone()) {
+                sorted.push((p.list, rank as u32, qi as u32, p.bias));
             }
-            sorted.sort_unstable_by_key(|v| (v.0, v.2));
-        } else {
-            // `first[l + 1]` counts list l, then becomes where its run starts;
-            // each query's probes are placed in query order.
-            first.clear();
-            first.resize(nlist + 1, 0);
-            for (_, p) in probes.iter().flat_map(|ps| band(ps, ranks.clone())) {
-                if let Some(c) = first.get_mut(p.list as usize + 1) {
-                    *c += 1;
-                }
+        }
+        let top = sorted.iter().map(|v| v.0).max().unwrap_or(0);
+        let mut shift = 0;
+        while shift < 32 && (top >> shift) > 0 {
+            let mut at = [0usize; 257];
+            for v in sorted.iter() {
+                at[((v.0 >> shift) & 255) as usize + 1] += 1;
             }
-            for l in 0..nlist {
-                first[l + 1] += first[l];
+            for d in 0..256 {
+                at[d + 1] += at[d];
             }
-            sorted.resize(first[nlist] as usize, (0, 0, 0, 0.0));
-            next.clone_from(first);
-            for (qi, ps) in probes.iter().enumerate() {
-                for (rank, p) in band(ps, ranks.clone()) {
-                    if let Some(at) = next.get_mut(p.list as usize) {
-                        sorted[*at as usize] = (p.list, rank as u32, qi as u32, p.bias);
-                        *at += 1;
-                    }
-                }
+            spare.clear();
+            spare.resize(sorted.len(), (0, 0, 0, 0.0));
+            for v in sorted.iter() {
+                let d = ((v.0 >> shift) & 255) as usize;
+                spare[at[d]] = *v;
+                at[d] += 1;
             }
+            std::mem::swap(sorted, spare);
+            shift += 8;
         }
         let visits = &*sorted;
         // Each list's run, nearest lists first: a list some query probes first

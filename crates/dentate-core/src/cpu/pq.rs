@@ -235,7 +235,7 @@ impl GroupScratch {
 /// place in the group, the list's bias for it).
 type Visit = (u32, u32, u32, f32);
 
-/// Reused buffers of [`scan_group`].
+/// Reused buffers of [`Group::scan`].
 #[derive(Default)]
 struct GroupScratch {
     /// The group's visits, by list.

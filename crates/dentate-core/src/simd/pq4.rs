@@ -209,15 +209,92 @@ mod x86 {
     #[inline(always)]
     unsafe fn accumulate256(acc: &mut [__m256i; 4], codes: __m256i, tables: __m256i) {
         unsafe {
+            let (lo, hi) = nibbles256(codes);
+            lookups256(acc, lo, hi, tables);
+        }
+    }
+
+    /// The low and the high nibbles of a register of codes, as indices.
+    #[inline(always)]
+    unsafe fn nibbles256(codes: __m256i) -> (__m256i, __m256i) {
+        unsafe {
             let nib = _mm256_set1_epi8(0x0f);
-            let lo = _mm256_and_si256(codes, nib);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), nib);
+            (
+                _mm256_and_si256(codes, nib),
+                _mm256_and_si256(_mm256_srli_epi16(codes, 4), nib),
+            )
+        }
+    }
+
+    /// [`accumulate256`] from codes already split by [`nibbles256`].
+    #[inline(always)]
+    unsafe fn lookups256(acc: &mut [__m256i; 4], lo: __m256i, hi: __m256i, tables: __m256i) {
+        unsafe {
             let rl = _mm256_shuffle_epi8(tables, lo);
             let rh = _mm256_shuffle_epi8(tables, hi);
             acc[0] = _mm256_add_epi16(acc[0], rl);
             acc[1] = _mm256_add_epi16(acc[1], _mm256_srli_epi16(rl, 8));
             acc[2] = _mm256_add_epi16(acc[2], rh);
             acc[3] = _mm256_add_epi16(acc[3], _mm256_srli_epi16(rh, 8));
+        }
+    }
+
+    /// [`nibbles256`] for a 512-bit register (four sub-quantizers).
+    #[inline(always)]
+    unsafe fn nibbles512(codes: __m512i) -> (__m512i, __m512i) {
+        unsafe {
+            let nib = _mm512_set1_epi8(0x0f);
+            (
+                _mm512_and_si512(codes, nib),
+                _mm512_and_si512(_mm512_srli_epi16(codes, 4), nib),
+            )
+        }
+    }
+
+    /// [`lookups256`] for a 512-bit register.
+    #[inline(always)]
+    unsafe fn lookups512(w: &mut [__m512i; 4], lo: __m512i, hi: __m512i, tables: __m512i) {
+        unsafe {
+            let rl = _mm512_shuffle_epi8(tables, lo);
+            let rh = _mm512_shuffle_epi8(tables, hi);
+            w[0] = _mm512_add_epi16(w[0], rl);
+            w[1] = _mm512_add_epi16(w[1], _mm512_srli_epi16(rl, 8));
+            w[2] = _mm512_add_epi16(w[2], rh);
+            w[3] = _mm512_add_epi16(w[3], _mm512_srli_epi16(rh, 8));
+        }
+    }
+
+    /// The slots of a multi-table scan: each one's threshold, whether it
+    /// still scans, and how many still do.
+    struct Slots<const Q: usize> {
+        thr: [u16; Q],
+        live: [bool; Q],
+        left: usize,
+    }
+
+    impl<const Q: usize> Slots<Q> {
+        fn new(thrs: &[u16]) -> Self {
+            Slots {
+                thr: std::array::from_fn(|s| thrs[s]),
+                live: [true; Q],
+                left: Q,
+            }
+        }
+
+        /// Ends block `b` for slot `s` ([`close_block`], its calls tagged
+        /// `s`) unless the slot has stopped; false once every slot has.
+        #[inline(always)]
+        unsafe fn close(&mut self, s: usize, acc: &[__m256i; 4], b: usize, on_hits: &mut OnHitsMulti<'_>) -> bool {
+            if !self.live[s] {
+                return true;
+            }
+            let mut tagged = |b: usize, mask: u32, sums: &[u16; BLOCK]| on_hits(s, b, mask, sums);
+            // SAFETY: the caller's target features are close_block's.
+            if unsafe { !close_block(acc, b, &mut self.thr[s], &mut tagged) } {
+                self.live[s] = false;
+                self.left -= 1;
+            }
+            self.left > 0
         }
     }
 
@@ -414,41 +491,22 @@ mod x86 {
         let bb = luts[0].len();
         let pairs = bb / 32;
         let tp: [*const u8; Q] = std::array::from_fn(|s| luts[s].as_ptr());
-        let mut thr: [u16; Q] = std::array::from_fn(|s| thrs[s]);
-        let mut live = [true; Q];
-        let mut left = Q;
+        let mut slots = Slots::<Q>::new(thrs);
         let cp = blocks.as_ptr();
-        let nib = _mm256_set1_epi8(0x0f);
         for b in 0..blocks.len() / bb {
             let mut acc = [[_mm256_setzero_si256(); 4]; Q];
             // SAFETY: as in scan_avx2, for every table (all are bb bytes).
             unsafe {
                 let code = cp.add(b * bb);
                 for p in 0..pairs {
-                    let c = _mm256_loadu_si256(code.add(32 * p) as *const __m256i);
-                    let lo = _mm256_and_si256(c, nib);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), nib);
-                    for s in 0..Q {
-                        let t = _mm256_loadu_si256(tp[s].add(32 * p) as *const __m256i);
-                        let rl = _mm256_shuffle_epi8(t, lo);
-                        let rh = _mm256_shuffle_epi8(t, hi);
-                        acc[s][0] = _mm256_add_epi16(acc[s][0], rl);
-                        acc[s][1] = _mm256_add_epi16(acc[s][1], _mm256_srli_epi16(rl, 8));
-                        acc[s][2] = _mm256_add_epi16(acc[s][2], rh);
-                        acc[s][3] = _mm256_add_epi16(acc[s][3], _mm256_srli_epi16(rh, 8));
+                    let (lo, hi) = nibbles256(_mm256_loadu_si256(code.add(32 * p) as *const __m256i));
+                    for (a, t) in acc.iter_mut().zip(&tp) {
+                        lookups256(a, lo, hi, _mm256_loadu_si256(t.add(32 * p) as *const __m256i));
                     }
                 }
-                for s in 0..Q {
-                    if !live[s] {
-                        continue;
-                    }
-                    let mut tagged = |b: usize, mask: u32, sums: &[u16; BLOCK]| on_hits(s, b, mask, sums);
-                    if !close_block(&acc[s], b, &mut thr[s], &mut tagged) {
-                        live[s] = false;
-                        left -= 1;
-                        if left == 0 {
-                            return;
-                        }
+                for (s, a) in acc.iter().enumerate() {
+                    if !slots.close(s, a, b, on_hits) {
+                        return;
                     }
                 }
             }
@@ -468,47 +526,28 @@ mod x86 {
         let pairs = bb / 32;
         let quads = pairs / 2;
         let tp: [*const u8; Q] = std::array::from_fn(|s| luts[s].as_ptr());
-        let mut thr: [u16; Q] = std::array::from_fn(|s| thrs[s]);
-        let mut live = [true; Q];
-        let mut left = Q;
+        let mut slots = Slots::<Q>::new(thrs);
         let cp = blocks.as_ptr();
-        let nib = _mm512_set1_epi8(0x0f);
         for b in 0..blocks.len() / bb {
             // SAFETY: as in scan_avx512, for every table (all are bb bytes).
             unsafe {
                 let code = cp.add(b * bb);
                 let mut w = [[_mm512_setzero_si512(); 4]; Q];
                 for q in 0..quads {
-                    let c = _mm512_loadu_si512(code.add(64 * q) as *const __m512i);
-                    let lo = _mm512_and_si512(c, nib);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), nib);
-                    for s in 0..Q {
-                        let t = _mm512_loadu_si512(tp[s].add(64 * q) as *const __m512i);
-                        let rl = _mm512_shuffle_epi8(t, lo);
-                        let rh = _mm512_shuffle_epi8(t, hi);
-                        w[s][0] = _mm512_add_epi16(w[s][0], rl);
-                        w[s][1] = _mm512_add_epi16(w[s][1], _mm512_srli_epi16(rl, 8));
-                        w[s][2] = _mm512_add_epi16(w[s][2], rh);
-                        w[s][3] = _mm512_add_epi16(w[s][3], _mm512_srli_epi16(rh, 8));
+                    let (lo, hi) = nibbles512(_mm512_loadu_si512(code.add(64 * q) as *const __m512i));
+                    for (ws, t) in w.iter_mut().zip(&tp) {
+                        lookups512(ws, lo, hi, _mm512_loadu_si512(t.add(64 * q) as *const __m512i));
                     }
                 }
                 let tail = (pairs % 2 == 1).then(|| _mm256_loadu_si256(code.add(64 * quads) as *const __m256i));
-                for s in 0..Q {
-                    if !live[s] {
-                        continue;
-                    }
-                    let mut acc = [fold(w[s][0]), fold(w[s][1]), fold(w[s][2]), fold(w[s][3])];
+                for (s, ws) in w.iter().enumerate() {
+                    let mut acc = [fold(ws[0]), fold(ws[1]), fold(ws[2]), fold(ws[3])];
                     if let Some(c) = tail {
                         let t = _mm256_loadu_si256(tp[s].add(64 * quads) as *const __m256i);
                         accumulate256(&mut acc, c, t);
                     }
-                    let mut tagged = |b: usize, mask: u32, sums: &[u16; BLOCK]| on_hits(s, b, mask, sums);
-                    if !close_block(&acc, b, &mut thr[s], &mut tagged) {
-                        live[s] = false;
-                        left -= 1;
-                        if left == 0 {
-                            return;
-                        }
+                    if !slots.close(s, &acc, b, on_hits) {
+                        return;
                     }
                 }
             }
@@ -527,7 +566,6 @@ mod x86 {
         let pairs = bb / 32;
         let quads = pairs / 2;
         let (tp, cp) = (lut.as_ptr(), blocks.as_ptr());
-        let nib = _mm512_set1_epi8(0x0f);
         for b in 0..blocks.len() / bb {
             // SAFETY: as in scan_avx2; quad q covers bytes 64q..64q+64 and the
             // odd pair (if any) bytes 64·quads..64·quads+32, all below bb.
@@ -535,16 +573,8 @@ mod x86 {
                 let code = cp.add(b * bb);
                 let mut w = [_mm512_setzero_si512(); 4];
                 for q in 0..quads {
-                    let c = _mm512_loadu_si512(code.add(64 * q) as *const __m512i);
-                    let t = _mm512_loadu_si512(tp.add(64 * q) as *const __m512i);
-                    let lo = _mm512_and_si512(c, nib);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), nib);
-                    let rl = _mm512_shuffle_epi8(t, lo);
-                    let rh = _mm512_shuffle_epi8(t, hi);
-                    w[0] = _mm512_add_epi16(w[0], rl);
-                    w[1] = _mm512_add_epi16(w[1], _mm512_srli_epi16(rl, 8));
-                    w[2] = _mm512_add_epi16(w[2], rh);
-                    w[3] = _mm512_add_epi16(w[3], _mm512_srli_epi16(rh, 8));
+                    let (lo, hi) = nibbles512(_mm512_loadu_si512(code.add(64 * q) as *const __m512i));
+                    lookups512(&mut w, lo, hi, _mm512_loadu_si512(tp.add(64 * q) as *const __m512i));
                 }
                 // Fold the upper 256 bits (pairs 2q+1) onto the lower (2q):
                 // the lanes keep their parity of sub-quantizer, and the

@@ -7,6 +7,7 @@ use dentate_core::rng::Rng;
 use dentate_embed::{Embedder, MiniLm, cache_dir, fetch_minilm};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// Arguments of `dentate embed`.
 #[derive(Args, Debug)]
@@ -19,6 +20,15 @@ pub struct EmbedArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub embedder: EmbedderArgs,
+    /// Texts per embedder call (default: up to 1,024). Given, every call is
+    /// timed and the per-call latency (p50, p90) is printed too: `--batch 1`
+    /// is what a memory search pays per query.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub batch: Option<u32>,
+    /// Passes over the input (timing only: the output holds the first
+    /// pass). Needs --batch.
+    #[arg(long, default_value_t = 1, requires = "batch", value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub passes: u32,
 }
 
 /// `dentate model …`
@@ -41,13 +51,46 @@ pub fn embed(a: &EmbedArgs) -> Res<()> {
         return Err(format!("{} has no lines", a.input.display()).into());
     }
     let e = make_embedder(&a.embedder)?;
-    let (v, rate) = embed_all(e.as_ref(), &lines, "embedding")?;
+    let Some(batch) = a.batch else {
+        let (v, rate) = embed_all(e.as_ref(), &lines, "embedding")?;
+        write_fvecs(&a.output, &v, e.dim())?;
+        eprintln!(
+            "embedded {} texts with {} ({}-d) at {rate:.1} sentences/s → {}",
+            lines.len(),
+            e.name(),
+            e.dim(),
+            a.output.display()
+        );
+        return Ok(());
+    };
+    let mut v = Vec::with_capacity(lines.len() * e.dim());
+    let mut ms = Vec::new();
+    let start = Instant::now();
+    for pass in 0..a.passes {
+        for chunk in lines.chunks(batch as usize) {
+            let t = Instant::now();
+            let rows = e.embed(chunk)?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+            if pass == 0 {
+                v.extend(rows);
+            }
+        }
+    }
+    let rate = (lines.len() as f64 * a.passes as f64) / start.elapsed().as_secs_f64().max(1e-9);
     write_fvecs(&a.output, &v, e.dim())?;
+    ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
     eprintln!(
-        "embedded {} texts with {} ({}-d) at {rate:.1} sentences/s → {}",
+        "embedded {} texts × {} pass(es) with {} ({}-d) in calls of {batch}: {rate:.1} sentences/s, \
+         {:.2} ms p50 / {:.2} ms p90 a call ({} calls, {} threads) → {}",
         lines.len(),
+        a.passes,
         e.name(),
         e.dim(),
+        pct(0.5),
+        pct(0.9),
+        ms.len(),
+        rayon::current_num_threads(),
         a.output.display()
     );
     Ok(())

@@ -5,12 +5,15 @@
 //! - [`HashingEmbedder`]: the zero-download default. Deterministic, fast,
 //!   no model files, runs everywhere including wasm32.
 //! - [`MiniLm`] (feature `minilm`): sentence-transformers/all-MiniLM-L6-v2
-//!   in pure Rust (candle + tokenizers) from a local Hugging Face folder.
+//!   in pure Rust (its own BERT encoder over `gemm`'s SIMD kernels, and
+//!   `tokenizers`) from a local Hugging Face folder.
 //! - [`OpenAiEmbedder`] (feature `openai`): any OpenAI-compatible
 //!   `/v1/embeddings` endpoint (OpenAI, vLLM, llama.cpp server, Ollama), with
 //!   timeouts, retries with backoff on 429/5xx and strict response checks.
 #![warn(missing_docs)]
 
+#[cfg(feature = "minilm")]
+mod bert;
 mod hashing;
 #[cfg(feature = "openai")]
 pub mod http;

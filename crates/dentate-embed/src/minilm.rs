@@ -1,17 +1,16 @@
-//! sentence-transformers/all-MiniLM-L6-v2 (384-d) in pure Rust: candle for
-//! the BERT encoder, `tokenizers` for WordPiece, mean pooling over the
-//! attention mask, L2 normalisation — the same pipeline as the Python
+//! sentence-transformers/all-MiniLM-L6-v2 (384-d) in pure Rust: this
+//! crate's own BERT encoder ([`crate::bert`]) over the `gemm` crate's SIMD
+//! kernels, `tokenizers` for WordPiece, mean pooling over the real tokens,
+//! L2 normalisation — the same pipeline as the Python
 //! `SentenceTransformer`, with no Python at run time.
 //!
-//! Speed: texts are sorted by token length and cut into buckets whose padded
-//! size stays under a token budget, so a batch never pads a 10-token
-//! sentence to the length of a 200-token one (padding would otherwise
-//! dominate the work); results go back in input order.
+//! Speed: a batch carries no padding (its sequences' tokens are one matrix;
+//! attention runs per sequence), so a 10-token sentence next to a
+//! 200-token one costs what it costs alone. Batches are cut at a token
+//! budget to bound memory.
 
+use crate::bert::{Bert, Shape};
 use crate::{EmbedError, Embedder, Result, normalize_rows};
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
 use std::path::{Path, PathBuf};
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -20,9 +19,8 @@ pub const MODEL_FILES: [&str; 3] = ["config.json", "model.safetensors", "tokeniz
 
 /// The MiniLM sentence embedder.
 pub struct MiniLm {
-    model: BertModel,
+    model: Bert,
     tokenizer: Tokenizer,
-    device: Device,
     dim: usize,
     max_tokens: usize,
     batch_tokens: usize,
@@ -47,8 +45,10 @@ fn model_err(dir: &Path, reason: impl std::fmt::Display) -> EmbedError {
 
 impl MiniLm {
     /// Loads a Hugging Face–layout folder (`config.json`,
-    /// `model.safetensors`, `tokenizer.json`). Inputs are truncated at 256
-    /// tokens, as sentence-transformers does for this model.
+    /// `model.safetensors` with F32 weights, `tokenizer.json`). Inputs are
+    /// truncated at 256 tokens, as sentence-transformers does for this
+    /// model. A file that is not a BERT of the shape `config.json` states is
+    /// [`EmbedError::Model`] naming what is wrong.
     pub fn load(dir: &Path) -> Result<Self> {
         for f in MODEL_FILES {
             if !dir.join(f).is_file() {
@@ -59,11 +59,10 @@ impl MiniLm {
             }
         }
         let cfg_text = std::fs::read_to_string(dir.join("config.json")).map_err(|e| model_err(dir, e))?;
-        let config: Config =
-            serde_json::from_str(&cfg_text).map_err(|e| model_err(dir, format!("config.json: {e}")))?;
+        let shape = Shape::from_config(&cfg_text).map_err(|e| model_err(dir, e))?;
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| model_err(dir, format!("tokenizer.json: {e}")))?;
-        let max_tokens = 256.min(config.max_position_embeddings);
+        let max_tokens = 256.min(shape.max_pos);
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -71,17 +70,13 @@ impl MiniLm {
                 ..Default::default()
             }))
             .map_err(|e| model_err(dir, format!("tokenizer truncation: {e}")))?;
-        let device = Device::Cpu;
-        // SAFETY: the file is memory-mapped read-only; it must not be
-        // modified while the model is loaded (documented on `load`'s caller side).
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &device) }
-            .map_err(|e| model_err(dir, format!("model.safetensors: {e}")))?;
-        let model = BertModel::load(vb, &config).map_err(|e| model_err(dir, format!("weights: {e}")))?;
+        let weights = dir.join("model.safetensors");
+        let bytes = std::fs::read(&weights).map_err(|e| model_err(&weights, e))?;
+        let model = Bert::load(shape, &bytes).map_err(|e| model_err(&weights, e))?;
         Ok(MiniLm {
             model,
             tokenizer,
-            device,
-            dim: config.hidden_size,
+            dim: shape.hidden,
             max_tokens,
             batch_tokens: 8192,
             dir: dir.to_path_buf(),
@@ -96,7 +91,8 @@ impl MiniLm {
             .unwrap_or_else(|| cache_dir().join("models").join("all-MiniLM-L6-v2"))
     }
 
-    /// Largest number of (padded) tokens per forward pass.
+    /// Largest number of tokens per forward pass (at least one sequence's
+    /// worth, 256).
     pub fn set_batch_tokens(&mut self, tokens: usize) {
         self.batch_tokens = tokens.max(self.max_tokens);
     }
@@ -108,31 +104,6 @@ impl MiniLm {
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| model_err(&self.dir, format!("tokenizer: {e}")))?;
         Ok(enc.iter().map(|e| e.get_ids().len()).collect())
-    }
-
-    fn forward(&self, ids: &[&[u32]], out: &mut [f32]) -> candle_core::Result<()> {
-        let b = ids.len();
-        let len = ids.iter().map(|x| x.len()).max().unwrap_or(1).max(1);
-        let mut flat = vec![0u32; b * len];
-        let mut mask = vec![0u32; b * len];
-        for (i, seq) in ids.iter().enumerate() {
-            flat[i * len..i * len + seq.len()].copy_from_slice(seq);
-            mask[i * len..i * len + seq.len()].iter_mut().for_each(|m| *m = 1);
-        }
-        let input = Tensor::from_vec(flat, (b, len), &self.device)?;
-        let mask = Tensor::from_vec(mask, (b, len), &self.device)?;
-        let types = input.zeros_like()?;
-        let hidden = self.model.forward(&input, &types, Some(&mask))?; // (b, len, dim)
-        // Mean over real tokens: Σ h·mask / Σ mask.
-        let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let summed = hidden.broadcast_mul(&m)?.sum(1)?;
-        let counts = m.sum(1)?;
-        let mean = summed.broadcast_div(&counts)?;
-        let rows = mean.to_vec2::<f32>()?;
-        for (o, r) in out.chunks_exact_mut(self.dim).zip(rows) {
-            o.copy_from_slice(&r);
-        }
-        Ok(())
     }
 }
 
@@ -152,27 +123,19 @@ impl Embedder for MiniLm {
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| model_err(&self.dir, format!("tokenizer: {e}")))?;
         let ids: Vec<&[u32]> = enc.iter().map(|e| e.get_ids()).collect();
-        // Length buckets: sort by token count, cut where the padded batch
-        // would exceed the token budget.
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| (ids[i].len(), i));
         let mut out = vec![0f32; texts.len() * self.dim];
+        // Batches in input order, cut at the token budget.
         let mut start = 0;
-        while start < order.len() {
-            let mut end = start + 1;
-            while end < order.len()
-                && ids[order[end]].len() * (end + 1 - start) <= self.batch_tokens
-                && end - start < 256
-            {
+        while start < ids.len() {
+            let mut end = start;
+            let mut tokens = 0;
+            while end < ids.len() && (end == start || tokens + ids[end].len() <= self.batch_tokens) {
+                tokens += ids[end].len();
                 end += 1;
             }
-            let batch: Vec<&[u32]> = order[start..end].iter().map(|&i| ids[i]).collect();
-            let mut rows = vec![0f32; batch.len() * self.dim];
-            self.forward(&batch, &mut rows)
+            self.model
+                .pool(&ids[start..end], &mut out[start * self.dim..end * self.dim])
                 .map_err(|e| model_err(&self.dir, format!("forward pass: {e}")))?;
-            for (r, &i) in rows.chunks_exact(self.dim).zip(&order[start..end]) {
-                out[i * self.dim..(i + 1) * self.dim].copy_from_slice(r);
-            }
             start = end;
         }
         let zero = normalize_rows(&mut out, self.dim);

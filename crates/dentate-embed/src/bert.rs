@@ -1,0 +1,728 @@
+//! The BERT encoder behind [`crate::MiniLm`], written for this crate: the
+//! weights are read straight from `model.safetensors`, the four products of
+//! a layer go through the `gemm` crate's SIMD micro-kernels, and everything
+//! between them (bias, GELU, residual, LayerNorm, softmax) is one pass of
+//! vectorised code per row.
+//!
+//! A batch holds no padding: the tokens of all its sequences are one
+//! `tokens × hidden` matrix. The dense layers do not care where one sequence
+//! ends, and attention runs per (sequence, head) on that sequence's rows
+//! only, so a 10-token sentence in a batch costs what it costs alone.
+//!
+//! The element-wise kernels are generic code, compiled three times (AVX-512,
+//! AVX2 + FMA, baseline) and chosen once at run time on x86-64.
+
+use rayon::prelude::*;
+
+/// The encoder's shape, from `config.json`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    /// Width of a token's vector (384 for MiniLM-L6).
+    pub hidden: usize,
+    heads: usize,
+    layers: usize,
+    inter: usize,
+    /// Longest sequence the position table covers.
+    pub max_pos: usize,
+    vocab: usize,
+    type_vocab: usize,
+    eps: f32,
+}
+
+fn field(cfg: &serde_json::Value, name: &str) -> Result<usize, String> {
+    let v = cfg
+        .get(name)
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| format!("config.json: `{name}` is missing or not a whole number"))?;
+    // Far above any BERT's (MiniLM: 384 / 12 / 6 / 1,536 / 512 / 30,522), and
+    // the tensors' sizes are checked against the file anyway.
+    if v == 0 || v > 1 << 22 {
+        return Err(format!("config.json: `{name}` = {v} is out of range"));
+    }
+    Ok(v as usize)
+}
+
+impl Shape {
+    /// Reads and checks the fields of a BERT `config.json`.
+    pub(crate) fn from_config(text: &str) -> Result<Shape, String> {
+        let cfg: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("config.json: {e}"))?;
+        let act = cfg.get("hidden_act").and_then(|v| v.as_str()).unwrap_or("gelu");
+        if act != "gelu" {
+            return Err(format!(
+                "config.json: hidden_act `{act}` is not supported (only `gelu`)"
+            ));
+        }
+        let eps = cfg.get("layer_norm_eps").and_then(|v| v.as_f64()).unwrap_or(1e-12);
+        if !(eps.is_finite() && eps > 0.0 && eps < 1.0) {
+            return Err(format!("config.json: layer_norm_eps {eps} is out of range"));
+        }
+        let s = Shape {
+            hidden: field(&cfg, "hidden_size")?,
+            heads: field(&cfg, "num_attention_heads")?,
+            layers: field(&cfg, "num_hidden_layers")?,
+            inter: field(&cfg, "intermediate_size")?,
+            max_pos: field(&cfg, "max_position_embeddings")?,
+            vocab: field(&cfg, "vocab_size")?,
+            type_vocab: cfg
+                .get("type_vocab_size")
+                .map_or(Ok(2), |_| field(&cfg, "type_vocab_size"))?,
+            eps: eps as f32,
+        };
+        if !s.hidden.is_multiple_of(s.heads) {
+            return Err(format!(
+                "config.json: hidden_size {} is not a multiple of num_attention_heads {}",
+                s.hidden, s.heads
+            ));
+        }
+        if s.layers > 1024 {
+            return Err(format!("config.json: num_hidden_layers {} is out of range", s.layers));
+        }
+        Ok(s)
+    }
+}
+
+/// The tensors of a `.safetensors` file (little-endian; F32 only).
+struct SafeTensors<'a> {
+    data: &'a [u8],
+    header: serde_json::Map<String, serde_json::Value>,
+}
+
+impl<'a> SafeTensors<'a> {
+    fn parse(bytes: &'a [u8]) -> Result<Self, String> {
+        let len = bytes
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .ok_or("shorter than its 8-byte header length")?;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| l.checked_add(8))
+            .filter(|&e| e <= bytes.len())
+            .ok_or_else(|| format!("header length {len} runs past the end of the file"))?;
+        let header: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&bytes[8..end]).map_err(|e| format!("header: {e}"))?;
+        Ok(SafeTensors {
+            data: &bytes[end..],
+            header,
+        })
+    }
+
+    /// Tensor `name` (or `bert.name`), which must have shape `shape`.
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, String> {
+        let prefixed = format!("bert.{name}");
+        let (name, meta) = [name, prefixed.as_str()]
+            .into_iter()
+            .find_map(|n| self.header.get(n).map(|m| (n, m)))
+            .ok_or_else(|| format!("tensor `{name}` is missing"))?;
+        let dtype = meta.get("dtype").and_then(|d| d.as_str()).unwrap_or("?");
+        if dtype != "F32" {
+            return Err(format!("tensor `{name}` is {dtype}; only F32 is supported"));
+        }
+        let found: Option<Vec<usize>> = meta.get("shape").and_then(|s| s.as_array()).and_then(|a| {
+            a.iter()
+                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                .collect()
+        });
+        if found.as_deref() != Some(shape) {
+            return Err(format!("tensor `{name}` has shape {found:?}, expected {shape:?}"));
+        }
+        let offsets: Option<Vec<usize>> = meta.get("data_offsets").and_then(|s| s.as_array()).and_then(|a| {
+            a.iter()
+                .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+                .collect()
+        });
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let bytes = match (offsets.as_deref(), n) {
+            (Some(&[a, b]), Some(n)) if a <= b && b <= self.data.len() && n.checked_mul(4) == Some(b - a) => {
+                &self.data[a..b]
+            }
+            _ => return Err(format!("tensor `{name}`: data offsets {offsets:?} do not fit the file")),
+        };
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect())
+    }
+}
+
+/// `y = x Wᵀ + b`. The checkpoint stores `W` as `(out, in)`; it is kept
+/// transposed, `(in, out)` row-major, which is `W` column-major: the layout
+/// gemm's micro-kernels read in place, so a product with a few rows (one
+/// short query) packs nothing.
+struct Linear {
+    /// `Wᵀ`, `in × out` row-major.
+    wt: Vec<f32>,
+    b: Vec<f32>,
+    n_in: usize,
+    n_out: usize,
+}
+
+struct LayerNorm {
+    w: Vec<f32>,
+    b: Vec<f32>,
+}
+
+struct Layer {
+    /// Query, key and value stacked: one product for all three.
+    qkv: Linear,
+    attn_out: Linear,
+    ln_attn: LayerNorm,
+    up: Linear,
+    down: Linear,
+    ln_out: LayerNorm,
+}
+
+/// A BERT encoder with mean pooling.
+pub(crate) struct Bert {
+    /// Its shape.
+    pub shape: Shape,
+    word: Vec<f32>,
+    pos: Vec<f32>,
+    token_type: Vec<f32>,
+    ln_emb: LayerNorm,
+    layers: Vec<Layer>,
+}
+
+impl Bert {
+    /// Loads the encoder from the bytes of a BERT `model.safetensors`.
+    pub(crate) fn load(shape: Shape, bytes: &[u8]) -> Result<Bert, String> {
+        let st = SafeTensors::parse(bytes)?;
+        let h = shape.hidden;
+        let ln = |p: &str| -> Result<LayerNorm, String> {
+            Ok(LayerNorm {
+                w: st.get(&format!("{p}.weight"), &[h])?,
+                b: st.get(&format!("{p}.bias"), &[h])?,
+            })
+        };
+        let linear = |p: &str, n_in: usize, n_out: usize| -> Result<Linear, String> {
+            let w = st.get(&format!("{p}.weight"), &[n_out, n_in])?;
+            Ok(Linear {
+                wt: transpose(&w, n_out, n_in),
+                b: st.get(&format!("{p}.bias"), &[n_out])?,
+                n_in,
+                n_out,
+            })
+        };
+        let mut token_type = st.get("embeddings.token_type_embeddings.weight", &[shape.type_vocab, h])?;
+        token_type.truncate(h);
+        let mut layers = Vec::with_capacity(shape.layers);
+        for i in 0..shape.layers {
+            let p = format!("encoder.layer.{i}");
+            let (q, k, v) = (
+                linear(&format!("{p}.attention.self.query"), h, h)?,
+                linear(&format!("{p}.attention.self.key"), h, h)?,
+                linear(&format!("{p}.attention.self.value"), h, h)?,
+            );
+            let qkv = Linear {
+                wt: (0..h)
+                    .flat_map(|i| [&q.wt, &k.wt, &v.wt].map(|m| &m[i * h..(i + 1) * h]))
+                    .flatten()
+                    .copied()
+                    .collect(),
+                b: [q.b, k.b, v.b].concat(),
+                n_in: h,
+                n_out: 3 * h,
+            };
+            layers.push(Layer {
+                qkv,
+                attn_out: linear(&format!("{p}.attention.output.dense"), h, h)?,
+                ln_attn: ln(&format!("{p}.attention.output.LayerNorm"))?,
+                up: linear(&format!("{p}.intermediate.dense"), h, shape.inter)?,
+                down: linear(&format!("{p}.output.dense"), shape.inter, h)?,
+                ln_out: ln(&format!("{p}.output.LayerNorm"))?,
+            });
+        }
+        Ok(Bert {
+            shape,
+            word: st.get("embeddings.word_embeddings.weight", &[shape.vocab, h])?,
+            pos: st.get("embeddings.position_embeddings.weight", &[shape.max_pos, h])?,
+            token_type,
+            ln_emb: ln("embeddings.LayerNorm")?,
+            layers,
+        })
+    }
+
+    /// Mean-pooled (not normalised) vectors of `seqs` into `out`
+    /// (`seqs.len() × hidden`). Every sequence must be non-empty, no longer
+    /// than `max_pos`, with ids below the vocabulary size.
+    pub(crate) fn pool(&self, seqs: &[&[u32]], out: &mut [f32]) -> Result<(), String> {
+        let s = &self.shape;
+        let h = s.hidden;
+        if out.len() != seqs.len() * h {
+            return Err(format!(
+                "output holds {} values, expected {}",
+                out.len(),
+                seqs.len() * h
+            ));
+        }
+        let mut starts = Vec::with_capacity(seqs.len() + 1);
+        let mut t = 0usize;
+        for (i, q) in seqs.iter().enumerate() {
+            if q.is_empty() || q.len() > s.max_pos {
+                return Err(format!(
+                    "sequence {i} has {} tokens (1 to {} allowed)",
+                    q.len(),
+                    s.max_pos
+                ));
+            }
+            if let Some(&id) = q.iter().find(|&&id| id as usize >= s.vocab) {
+                return Err(format!("sequence {i}: token id {id} is outside the vocabulary"));
+            }
+            starts.push(t);
+            t += q.len();
+        }
+        starts.push(t);
+        let mut x = vec![0f32; t * h];
+        let k = kernels();
+        // Embeddings: word + position + token type 0, then LayerNorm.
+        for (q, &t0) in seqs.iter().zip(&starts) {
+            for (p, &id) in q.iter().enumerate() {
+                let row = &mut x[(t0 + p) * h..(t0 + p + 1) * h];
+                let w = &self.word[id as usize * h..(id as usize + 1) * h];
+                let pe = &self.pos[p * h..(p + 1) * h];
+                for (((o, a), b), c) in row.iter_mut().zip(w).zip(pe).zip(&self.token_type) {
+                    *o = a + b + c;
+                }
+            }
+        }
+        rows_par(&mut x, h, |r| {
+            (k.layer_norm)(r, None, &self.ln_emb.w, &self.ln_emb.b, s.eps)
+        });
+        let mut qkv = vec![0f32; t * 3 * h];
+        let mut ctx = vec![0f32; t * h];
+        let mut up = vec![0f32; t * s.inter];
+        let dh = h / s.heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+        for layer in &self.layers {
+            matmul(&x, &layer.qkv, &mut qkv, t, false);
+            attention(&qkv, &mut ctx, &starts, s.heads, dh, scale, &layer.qkv.b, k);
+            // x ← LayerNorm(x + ctx Woᵀ + bo)
+            matmul(&ctx, &layer.attn_out, &mut x, t, true);
+            rows_par(&mut x, h, |r| {
+                (k.layer_norm)(r, Some(&layer.attn_out.b), &layer.ln_attn.w, &layer.ln_attn.b, s.eps)
+            });
+            // up ← GELU(x Wiᵀ + bi); x ← LayerNorm(x + up Wdᵀ + bd)
+            matmul(&x, &layer.up, &mut up, t, false);
+            rows_par(&mut up, s.inter, |r| (k.bias_gelu)(r, &layer.up.b));
+            matmul(&up, &layer.down, &mut x, t, true);
+            rows_par(&mut x, h, |r| {
+                (k.layer_norm)(r, Some(&layer.down.b), &layer.ln_out.w, &layer.ln_out.b, s.eps)
+            });
+        }
+        for (i, o) in out.chunks_exact_mut(h).enumerate() {
+            let rows = &x[starts[i] * h..starts[i + 1] * h];
+            o.fill(0.0);
+            for r in rows.chunks_exact(h) {
+                o.iter_mut().zip(r).for_each(|(a, b)| *a += b);
+            }
+            let n = (starts[i + 1] - starts[i]) as f32;
+            o.iter_mut().for_each(|a| *a /= n);
+        }
+        Ok(())
+    }
+}
+
+/// `m` (`rows × cols`, row-major) transposed.
+fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0f32; m.len()];
+    for (r, row) in m.chunks_exact(cols).enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            t[c * rows + r] = v;
+        }
+    }
+    t
+}
+
+/// Applies `f` to each `width`-wide row of `m`, in parallel when there is
+/// enough work to share.
+fn rows_par(m: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Sync) {
+    const ROWS_PER_TASK: usize = 16;
+    if m.len() <= width * ROWS_PER_TASK {
+        m.chunks_exact_mut(width).for_each(f);
+    } else {
+        m.par_chunks_mut(width * ROWS_PER_TASK)
+            .for_each(|c| c.chunks_exact_mut(width).for_each(&f));
+    }
+}
+
+/// `y (t × out) = x (t × in) Wᵀ`, added to `y` when `accumulate`; the bias
+/// is left to the caller's next pass.
+fn matmul(x: &[f32], l: &Linear, y: &mut [f32], t: usize, accumulate: bool) {
+    assert!(x.len() == t * l.n_in && y.len() == t * l.n_out && l.wt.len() == l.n_in * l.n_out);
+    let threads = rayon::current_num_threads();
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the three buffers hold exactly the row-major matrices the
+    // strides describe (checked above): x is t × in (row stride in), Wᵀ is
+    // in × out (row stride out), y is t × out (row stride out); y does not
+    // alias x or Wᵀ.
+    unsafe {
+        gemm::gemm(
+            t,
+            l.n_out,
+            l.n_in,
+            y.as_mut_ptr(),
+            1,
+            l.n_out as isize,
+            accumulate,
+            x.as_ptr(),
+            1,
+            l.n_in as isize,
+            l.wt.as_ptr(),
+            1,
+            l.n_out as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// Self-attention of every sequence: `qkv` holds each token's query, key
+/// and value (before their biases, which are added here), `ctx` receives
+/// the heads' outputs side by side.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    qkv: &[f32],
+    ctx: &mut [f32],
+    starts: &[usize],
+    heads: usize,
+    dh: usize,
+    scale: f32,
+    bias: &[f32],
+    k: &Kernels,
+) {
+    let h = heads * dh;
+    let n_seq = starts.len() - 1;
+    // One task per (sequence, head); each writes its own block of `out`,
+    // laid out head-major (head, token, dh), then scattered into `ctx`.
+    let t = starts[n_seq];
+    let mut out = vec![0f32; t * h];
+    let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(n_seq * heads);
+    for (head, block) in out.chunks_exact_mut(t * dh).enumerate() {
+        let mut rest = block;
+        for s in 0..n_seq {
+            let (mine, tail) = rest.split_at_mut((starts[s + 1] - starts[s]) * dh);
+            tasks.push((s, head, mine));
+            rest = tail;
+        }
+    }
+    let run = |(s, head, o): (usize, usize, &mut [f32])| {
+        let (t0, len) = (starts[s], starts[s + 1] - starts[s]);
+        // Gather this head's q, k, v (len × dh each), biases added.
+        let mut q = vec![0f32; len * dh];
+        let mut kk = vec![0f32; len * dh];
+        let mut v = vec![0f32; len * dh];
+        for i in 0..len {
+            let row = &qkv[(t0 + i) * 3 * h..(t0 + i + 1) * 3 * h];
+            for (dst, b) in [(&mut q, 0), (&mut kk, h), (&mut v, 2 * h)] {
+                let src = &row[b + head * dh..b + (head + 1) * dh];
+                let bb = &bias[b + head * dh..b + (head + 1) * dh];
+                dst[i * dh..(i + 1) * dh]
+                    .iter_mut()
+                    .zip(src.iter().zip(bb))
+                    .for_each(|(d, (a, c))| *d = a + c);
+            }
+        }
+        let mut p = vec![0f32; len * len];
+        // SAFETY: q, kk are len × dh row-major, p is len × len row-major;
+        // kk is read as its transpose (dh × len, column stride dh).
+        unsafe {
+            gemm::gemm(
+                len,
+                len,
+                dh,
+                p.as_mut_ptr(),
+                1,
+                len as isize,
+                false,
+                q.as_ptr(),
+                1,
+                dh as isize,
+                kk.as_ptr(),
+                dh as isize,
+                1,
+                0.0,
+                scale,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+        p.chunks_exact_mut(len).for_each(|r| (k.softmax)(r));
+        // SAFETY: p is len × len, v is len × dh, o is len × dh, all
+        // row-major and distinct.
+        unsafe {
+            gemm::gemm(
+                len,
+                dh,
+                len,
+                o.as_mut_ptr(),
+                1,
+                dh as isize,
+                false,
+                p.as_ptr(),
+                1,
+                len as isize,
+                v.as_ptr(),
+                1,
+                dh as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    };
+    if tasks.len() > 1 && t * t > 4096 {
+        tasks.into_par_iter().for_each(run);
+    } else {
+        tasks.into_iter().for_each(run);
+    }
+    for (head, block) in out.chunks_exact(t * dh).enumerate() {
+        for (i, src) in block.chunks_exact(dh).enumerate() {
+            ctx[i * h + head * dh..i * h + (head + 1) * dh].copy_from_slice(src);
+        }
+    }
+}
+
+/// `row ← LayerNorm(row + bias)·w + b` with epsilon `eps`.
+type LayerNormFn = fn(&mut [f32], Option<&[f32]>, &[f32], &[f32], f32);
+
+/// The element-wise kernels, compiled for the best instruction set found.
+struct Kernels {
+    layer_norm: LayerNormFn,
+    bias_gelu: fn(&mut [f32], &[f32]),
+    softmax: fn(&mut [f32]),
+}
+
+fn kernels() -> &'static Kernels {
+    static K: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
+    K.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return x86::AVX512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return x86::AVX2;
+            }
+        }
+        Kernels {
+            layer_norm: generic::layer_norm,
+            bias_gelu: generic::bias_gelu,
+            softmax: generic::softmax,
+        }
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Kernels, generic};
+
+    macro_rules! versions {
+        ($feat:literal, $name:ident) => {
+            pub(super) const $name: Kernels = {
+                #[target_feature(enable = $feat)]
+                fn ln(r: &mut [f32], bias: Option<&[f32]>, w: &[f32], b: &[f32], eps: f32) {
+                    generic::layer_norm(r, bias, w, b, eps)
+                }
+                #[target_feature(enable = $feat)]
+                fn gelu(r: &mut [f32], b: &[f32]) {
+                    generic::bias_gelu(r, b)
+                }
+                #[target_feature(enable = $feat)]
+                fn softmax(r: &mut [f32]) {
+                    generic::softmax(r)
+                }
+                // SAFETY (of each call): `kernels()` returns this table only
+                // after detecting the features at run time.
+                Kernels {
+                    layer_norm: |r, bias, w, b, eps| unsafe { ln(r, bias, w, b, eps) },
+                    bias_gelu: |r, b| unsafe { gelu(r, b) },
+                    softmax: |r| unsafe { softmax(r) },
+                }
+            };
+        };
+    }
+    versions!("avx512f,avx512vl,avx2,fma", AVX512);
+    versions!("avx2,fma", AVX2);
+}
+
+/// Plain-Rust kernels written so that the compiler vectorises them: no
+/// branches in the loops, reductions over eight independent lanes.
+mod generic {
+    const LANES: usize = 16;
+
+    /// Σ of `f(x)` over `r`, in `LANES` independent partial sums.
+    #[inline(always)]
+    fn sum(r: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+        let mut acc = [0f32; LANES];
+        let mut chunks = r.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (a, &x) in acc.iter_mut().zip(c) {
+                *a += f(x);
+            }
+        }
+        let mut s: f32 = chunks.remainder().iter().map(|&x| f(x)).sum();
+        s += acc.iter().sum::<f32>();
+        s
+    }
+
+    /// `r ← LayerNorm(r + bias)·w + b`.
+    #[inline(always)]
+    pub(super) fn layer_norm(r: &mut [f32], bias: Option<&[f32]>, w: &[f32], b: &[f32], eps: f32) {
+        if let Some(bias) = bias {
+            r.iter_mut().zip(bias).for_each(|(x, c)| *x += c);
+        }
+        let n = r.len() as f32;
+        let mean = sum(r, |x| x) / n;
+        let var = sum(r, |x| (x - mean) * (x - mean)) / n;
+        let inv = 1.0 / (var + eps).sqrt();
+        for ((x, w), b) in r.iter_mut().zip(w).zip(b) {
+            *x = (*x - mean) * inv * w + b;
+        }
+    }
+
+    /// `e^x` to about 2 ulp for x in [-87, 88] (clamped outside): the
+    /// exponent from rounding `x / ln 2`, the rest from a degree-6 Taylor
+    /// polynomial on |r| ≤ ln 2 / 2.
+    #[inline(always)]
+    pub(super) fn exp(x: f32) -> f32 {
+        const LOG2E: f32 = std::f32::consts::LOG2_E;
+        const LN2_HI: f32 = 0.693_145_75;
+        const LN2_LO: f32 = 1.428_606_8e-6;
+        const ROUND: f32 = 12_582_912.0; // 1.5 · 2²³: adding it rounds to an integer
+        let x = x.clamp(-87.0, 88.0);
+        let k = (x * LOG2E + ROUND) - ROUND;
+        let r = x - k * LN2_HI - k * LN2_LO;
+        let p = 1.0
+            + r * (1.0 + r * (1.0 / 2.0 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+        let scale = f32::from_bits(((k as i32 + 127) as u32) << 23);
+        p * scale
+    }
+
+    /// erf(x) with an absolute error below 6·10⁻⁷ in f32 (the formula of
+    /// Abramowitz & Stegun 7.1.26, 1.5·10⁻⁷ in exact arithmetic, plus f32
+    /// rounding).
+    #[inline(always)]
+    pub(super) fn erf(x: f32) -> f32 {
+        let a = x.abs();
+        let t = 1.0 / (1.0 + 0.327_591_1 * a);
+        let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_8 + t * (-1.453_152 + t * 1.061_405_4))));
+        let y = 1.0 - poly * exp(-a * a);
+        y.copysign(x)
+    }
+
+    /// `r ← GELU(r + b)`, GELU(x) = x·(1 + erf(x/√2))/2 (BERT's exact form).
+    #[inline(always)]
+    pub(super) fn bias_gelu(r: &mut [f32], b: &[f32]) {
+        for (x, c) in r.iter_mut().zip(b) {
+            let v = *x + c;
+            *x = 0.5 * v * (1.0 + erf(v * std::f32::consts::FRAC_1_SQRT_2));
+        }
+    }
+
+    /// `r ← softmax(r)`.
+    #[inline(always)]
+    pub(super) fn softmax(r: &mut [f32]) {
+        let mut acc = [f32::NEG_INFINITY; LANES];
+        let mut chunks = r.chunks_exact(LANES);
+        for c in &mut chunks {
+            for (a, &x) in acc.iter_mut().zip(c) {
+                *a = a.max(x);
+            }
+        }
+        let m = chunks
+            .remainder()
+            .iter()
+            .chain(&acc)
+            .fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+        r.iter_mut().for_each(|x| *x = exp(*x - m));
+        let inv = 1.0 / sum(r, |x| x);
+        r.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::generic;
+
+    #[test]
+    fn exp_and_erf_are_accurate() {
+        let mut worst_exp = 0f64;
+        let mut worst_erf = 0f64;
+        for i in -80_000..=80_000 {
+            let x = i as f32 / 1000.0;
+            let e = generic::exp(x) as f64;
+            let want = (x as f64).exp();
+            worst_exp = worst_exp.max(((e - want) / want).abs());
+            let x = i as f32 / 10_000.0;
+            worst_erf = worst_erf.max((generic::erf(x) as f64 - libm_erf(x as f64)).abs());
+        }
+        assert!(worst_exp < 4e-7, "exp relative error {worst_exp}");
+        assert!(worst_erf < 6e-7, "erf absolute error {worst_erf}");
+        assert_eq!(generic::exp(-1000.0), generic::exp(-87.0));
+        assert!(generic::exp(0.0) == 1.0);
+        assert_eq!(generic::erf(0.0), 0.0);
+        assert!(generic::erf(9.0) > 0.999_999 && generic::erf(-9.0) < -0.999_999);
+    }
+
+    /// erf by its Taylor series (|x| ≤ 3) and continued fraction beyond,
+    /// in f64: an independent reference for the test above.
+    fn libm_erf(x: f64) -> f64 {
+        let a = x.abs();
+        let v = if a <= 3.0 {
+            let (mut term, mut s, mut n) = (a, a, 0.0);
+            while term.abs() > 1e-17 {
+                n += 1.0;
+                term *= -a * a / n;
+                s += term / (2.0 * n + 1.0);
+            }
+            s * 2.0 / std::f64::consts::PI.sqrt()
+        } else {
+            // erfc(a) = e^{-a²}/√π · 1/(a + 1/2/(a + 1/(a + 3/2/(a + …))))
+            let mut f = a;
+            for k in (1..60).rev() {
+                f = a + (k as f64 / 2.0) / f;
+            }
+            1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / f
+        };
+        v.copysign(x)
+    }
+
+    #[test]
+    fn softmax_and_layer_norm() {
+        let mut r: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin() * 5.0).collect();
+        let want: Vec<f64> = {
+            let m = r.iter().fold(f64::MIN, |a, &x| a.max(x as f64));
+            let e: Vec<f64> = r.iter().map(|&x| (x as f64 - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|x| x / s).collect()
+        };
+        generic::softmax(&mut r);
+        for (a, b) in r.iter().zip(&want) {
+            assert!((*a as f64 - b).abs() < 1e-7, "{a} vs {b}");
+        }
+        let mut x: Vec<f32> = (0..40).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let bias = vec![1.0f32; 40];
+        let w: Vec<f32> = (0..40).map(|i| 1.0 + i as f32 / 40.0).collect();
+        let b = vec![0.25f32; 40];
+        let x64: Vec<f64> = x.iter().map(|&v| v as f64 + 1.0).collect();
+        let mean = x64.iter().sum::<f64>() / 40.0;
+        let var = x64.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / 40.0;
+        generic::layer_norm(&mut x, Some(&bias), &w, &b, 1e-12);
+        for (i, v) in x.iter().enumerate() {
+            let want = (x64[i] - mean) / var.sqrt() * w[i] as f64 + 0.25;
+            assert!((*v as f64 - want).abs() < 1e-5, "{v} vs {want}");
+        }
+    }
+}

@@ -151,6 +151,9 @@ impl<'a> SafeTensors<'a> {
 struct Linear {
     /// `Wᵀ`, `in × out` row-major.
     wt: Vec<f32>,
+    /// `Wᵀ` in strips of 32 columns, each `in × 32` contiguous (see
+    /// [`few_rows`]); empty when `out` is not a multiple of 32.
+    strips: Vec<f32>,
     b: Vec<f32>,
     n_in: usize,
     n_out: usize,
@@ -197,6 +200,7 @@ impl Bert {
             let w = st.get(&format!("{p}.weight"), &[n_out, n_in])?;
             Ok(Linear {
                 wt: transpose(&w, n_out, n_in),
+                strips: Vec::new(),
                 b: st.get(&format!("{p}.bias"), &[n_out])?,
                 n_in,
                 n_out,
@@ -213,6 +217,7 @@ impl Bert {
                 linear(&format!("{p}.attention.self.value"), h, h)?,
             );
             let qkv = Linear {
+                strips: Vec::new(),
                 wt: (0..h)
                     .flat_map(|i| [&q.wt, &k.wt, &v.wt].map(|m| &m[i * h..(i + 1) * h]))
                     .flatten()
@@ -222,14 +227,18 @@ impl Bert {
                 n_in: h,
                 n_out: 3 * h,
             };
-            layers.push(Layer {
+            let mut layer = Layer {
                 qkv,
                 attn_out: linear(&format!("{p}.attention.output.dense"), h, h)?,
                 ln_attn: ln(&format!("{p}.attention.output.LayerNorm"))?,
                 up: linear(&format!("{p}.intermediate.dense"), h, shape.inter)?,
                 down: linear(&format!("{p}.output.dense"), shape.inter, h)?,
                 ln_out: ln(&format!("{p}.output.LayerNorm"))?,
-            });
+            };
+            for l in [&mut layer.qkv, &mut layer.attn_out, &mut layer.up, &mut layer.down] {
+                l.strips = strips(&l.wt, l.n_in, l.n_out);
+            }
+            layers.push(layer);
         }
         Ok(Bert {
             shape,
@@ -332,6 +341,24 @@ fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     t
 }
 
+/// `wt` (`k × n`, row-major) cut into strips of [`STRIP`] columns, each
+/// `k × STRIP` contiguous: a strip is one sequential read, where its
+/// columns of `wt` would touch a new page every row. Empty when `n` is not
+/// a multiple of [`STRIP`].
+fn strips(wt: &[f32], k: usize, n: usize) -> Vec<f32> {
+    if !n.is_multiple_of(STRIP) {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(wt.len());
+    for s in 0..n / STRIP {
+        for row in wt.chunks_exact(n) {
+            out.extend_from_slice(&row[s * STRIP..(s + 1) * STRIP]);
+        }
+    }
+    debug_assert_eq!(out.len(), k * n);
+    out
+}
+
 /// Applies `f` to each `width`-wide row of `m`, in parallel when there is
 /// enough work to share.
 fn rows_par(m: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Sync) {
@@ -344,10 +371,17 @@ fn rows_par(m: &mut [f32], width: usize, f: impl Fn(&mut [f32]) + Sync) {
     }
 }
 
+/// Products with at most this many rows (tokens) go through [`few_rows`];
+/// larger ones through gemm, whose packing pays off there.
+const FEW_ROWS: usize = 64;
+
 /// `y (t × out) = x (t × in) Wᵀ`, added to `y` when `accumulate`; the bias
 /// is left to the caller's next pass.
 fn matmul(x: &[f32], l: &Linear, y: &mut [f32], t: usize, accumulate: bool) {
     assert!(x.len() == t * l.n_in && y.len() == t * l.n_out && l.wt.len() == l.n_in * l.n_out);
+    if t <= FEW_ROWS && few_rows(x, l, y, t, accumulate) {
+        return;
+    }
     let threads = rayon::current_num_threads();
     let par = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
@@ -380,6 +414,80 @@ fn matmul(x: &[f32], l: &Linear, y: &mut [f32], t: usize, accumulate: bool) {
             false,
             par,
         );
+    }
+}
+
+/// Output columns of one [`few_rows`] tile.
+const STRIP: usize = 32;
+
+/// A raw pointer handed to the pool's threads; each writes its own columns.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: used only by `few_rows`, whose tasks write disjoint column strips.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// The pointer (a method, so that closures capture the whole wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// The product of [`matmul`] for a few rows (one short query is ~15): each
+/// 32-column strip of `Wᵀ` is read from memory once for all the rows, by
+/// register-tiled FMA kernels (AVX-512 or AVX2), the strips shared between
+/// the pool's threads. gemm instead re-reads the weights for every 6 rows,
+/// which makes a short query memory-bound. Returns false (nothing done)
+/// where there is no such kernel: no AVX2, or `out` not a multiple of 32.
+fn few_rows(x: &[f32], l: &Linear, y: &mut [f32], t: usize, accumulate: bool) -> bool {
+    let Some(strip) = strip_kernel() else {
+        return false;
+    };
+    let (k, n) = (l.n_in, l.n_out);
+    if l.strips.len() != k * n {
+        return false;
+    }
+    let strips = n / STRIP;
+    let yp = SendPtr(y.as_mut_ptr());
+    let run = |s: usize| {
+        // SAFETY: strip s is k × 32 values at s·k·32 of `strips` (k × n in
+        // all); it fills columns s·32 .. s·32 + 32 ≤ n of every row of y
+        // (t × n); x is t × k; `strip_kernel` was chosen after detecting its
+        // features. Strips are disjoint, so no two tasks write the same
+        // element.
+        unsafe {
+            strip(
+                x.as_ptr(),
+                k,
+                t,
+                l.strips.as_ptr().add(s * k * STRIP),
+                yp.get().add(s * STRIP),
+                n,
+                accumulate,
+            )
+        }
+    };
+    if rayon::current_num_threads() > 1 && strips > 1 {
+        (0..strips).into_par_iter().with_min_len(2).for_each(run);
+    } else {
+        (0..strips).for_each(run);
+    }
+    true
+}
+
+/// `y[r][0..32] (+)= Σₖ x[r][k]·w[k][0..32]` for `rows` rows: x has row
+/// stride `k` (its length), the strip w is `k × 32` contiguous, y has row
+/// stride `ld`.
+type StripFn = unsafe fn(*const f32, usize, usize, *const f32, *mut f32, usize, bool);
+
+fn strip_kernel() -> Option<StripFn> {
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => Some(x86::strip512),
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => Some(x86::strip256),
+        _ => None,
     }
 }
 
@@ -504,29 +612,213 @@ struct Kernels {
     softmax: fn(&mut [f32]),
 }
 
-fn kernels() -> &'static Kernels {
-    static K: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
-    K.get_or_init(|| {
+/// The instruction sets the encoder's own kernels can use here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Baseline,
+    Avx2,
+    Avx512,
+}
+
+/// The best [`Level`] this CPU has, capped by `DENTATE_SIMD` (`scalar`,
+/// `avx2`; the engine's switch, so that a race of the AVX2 path covers the
+/// embedder's kernels too — gemm's, used for batches of more than
+/// [`FEW_ROWS`] tokens, follow the CPU alone).
+fn level() -> Level {
+    static L: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
+    *L.get_or_init(|| {
+        #[allow(unused_mut)]
+        let mut best = Level::Baseline;
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return x86::AVX512;
-            }
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                return x86::AVX2;
+                best = Level::Avx2;
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    best = Level::Avx512;
+                }
             }
         }
-        Kernels {
-            layer_norm: generic::layer_norm,
-            bias_gelu: generic::bias_gelu,
-            softmax: generic::softmax,
-        }
+        let cap = match std::env::var("DENTATE_SIMD").as_deref().map(str::trim) {
+            Ok(w) if w.starts_with("scalar") => Level::Baseline,
+            Ok(w) if w.starts_with("avx2") => Level::Avx2,
+            _ => Level::Avx512,
+        };
+        best.min(cap)
     })
+}
+
+fn kernels() -> &'static Kernels {
+    const GENERIC: Kernels = Kernels {
+        layer_norm: generic::layer_norm,
+        bias_gelu: generic::bias_gelu,
+        softmax: generic::softmax,
+    };
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => &x86::AVX512,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => &x86::AVX2,
+        _ => &GENERIC,
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Kernels, generic};
+    use super::{Kernels, STRIP, generic};
+    use std::arch::x86_64::*;
+
+    /// [`super::StripFn`] on AVX-512: tiles of up to 12 rows × 32 columns
+    /// (24 accumulators, 2 weight registers).
+    ///
+    /// # Safety
+    /// AVX-512F must be present; x must hold `rows × k` values, w `k × 32`,
+    /// y `rows` rows of stride `ld` with 32 valid columns each.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn strip512(
+        x: *const f32,
+        k: usize,
+        rows: usize,
+        w: *const f32,
+        y: *mut f32,
+        ld: usize,
+        accumulate: bool,
+    ) {
+        let mut r = 0;
+        while r < rows {
+            // SAFETY: forwarded from the caller, rows r .. r + m < rows.
+            unsafe {
+                let (x, y) = (x.add(r * k), y.add(r * ld));
+                let m = match rows - r {
+                    12.. => tile512::<12>(x, k, w, ld, y, accumulate),
+                    11 => tile512::<11>(x, k, w, ld, y, accumulate),
+                    10 => tile512::<10>(x, k, w, ld, y, accumulate),
+                    9 => tile512::<9>(x, k, w, ld, y, accumulate),
+                    8 => tile512::<8>(x, k, w, ld, y, accumulate),
+                    7 => tile512::<7>(x, k, w, ld, y, accumulate),
+                    6 => tile512::<6>(x, k, w, ld, y, accumulate),
+                    5 => tile512::<5>(x, k, w, ld, y, accumulate),
+                    4 => tile512::<4>(x, k, w, ld, y, accumulate),
+                    3 => tile512::<3>(x, k, w, ld, y, accumulate),
+                    2 => tile512::<2>(x, k, w, ld, y, accumulate),
+                    _ => tile512::<1>(x, k, w, ld, y, accumulate),
+                };
+                r += m;
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile512<const R: usize>(
+        x: *const f32,
+        k: usize,
+        w: *const f32,
+        ld: usize,
+        y: *mut f32,
+        accumulate: bool,
+    ) -> usize {
+        const { assert!(STRIP == 32) };
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        // SAFETY: the caller's bounds (see `strip512`).
+        unsafe {
+            for kk in 0..k {
+                let wr = w.add(kk * STRIP);
+                let (w0, w1) = (_mm512_loadu_ps(wr), _mm512_loadu_ps(wr.add(16)));
+                for (i, a) in acc.iter_mut().enumerate() {
+                    let xv = _mm512_set1_ps(*x.add(i * k + kk));
+                    a[0] = _mm512_fmadd_ps(xv, w0, a[0]);
+                    a[1] = _mm512_fmadd_ps(xv, w1, a[1]);
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                let yr = y.add(i * ld);
+                for (h, &v) in a.iter().enumerate() {
+                    let p = yr.add(16 * h);
+                    let v = if accumulate {
+                        _mm512_add_ps(v, _mm512_loadu_ps(p))
+                    } else {
+                        v
+                    };
+                    _mm512_storeu_ps(p, v);
+                }
+            }
+        }
+        R
+    }
+
+    /// [`super::StripFn`] on AVX2 + FMA: each 16-column half of the strip
+    /// in tiles of up to 6 rows (12 accumulators, 2 weight registers).
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be present; bounds as for [`strip512`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn strip256(
+        x: *const f32,
+        k: usize,
+        rows: usize,
+        w: *const f32,
+        y: *mut f32,
+        ld: usize,
+        accumulate: bool,
+    ) {
+        for half in 0..2 {
+            let mut r = 0;
+            while r < rows {
+                // SAFETY: forwarded from the caller, rows r .. r + m < rows,
+                // columns 16·half .. 16·half + 16 < 32.
+                unsafe {
+                    let (x, w, y) = (x.add(r * k), w.add(16 * half), y.add(r * ld + 16 * half));
+                    let m = match rows - r {
+                        6.. => tile256::<6>(x, k, w, ld, y, accumulate),
+                        5 => tile256::<5>(x, k, w, ld, y, accumulate),
+                        4 => tile256::<4>(x, k, w, ld, y, accumulate),
+                        3 => tile256::<3>(x, k, w, ld, y, accumulate),
+                        2 => tile256::<2>(x, k, w, ld, y, accumulate),
+                        _ => tile256::<1>(x, k, w, ld, y, accumulate),
+                    };
+                    r += m;
+                }
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile256<const R: usize>(
+        x: *const f32,
+        k: usize,
+        w: *const f32,
+        ld: usize,
+        y: *mut f32,
+        accumulate: bool,
+    ) -> usize {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        // SAFETY: the caller's bounds (see `strip256`).
+        unsafe {
+            for kk in 0..k {
+                let wr = w.add(kk * STRIP);
+                let (w0, w1) = (_mm256_loadu_ps(wr), _mm256_loadu_ps(wr.add(8)));
+                for (i, a) in acc.iter_mut().enumerate() {
+                    let xv = _mm256_set1_ps(*x.add(i * k + kk));
+                    a[0] = _mm256_fmadd_ps(xv, w0, a[0]);
+                    a[1] = _mm256_fmadd_ps(xv, w1, a[1]);
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                let yr = y.add(i * ld);
+                for (h, &v) in a.iter().enumerate() {
+                    let p = yr.add(8 * h);
+                    let v = if accumulate {
+                        _mm256_add_ps(v, _mm256_loadu_ps(p))
+                    } else {
+                        v
+                    };
+                    _mm256_storeu_ps(p, v);
+                }
+            }
+        }
+        R
+    }
 
     macro_rules! versions {
         ($feat:literal, $name:ident) => {
@@ -654,7 +946,92 @@ mod generic {
 
 #[cfg(test)]
 mod tests {
-    use super::generic;
+    use super::*;
+
+    /// A `Linear` of random weights (`n_out` a multiple of 32 when `strips`).
+    fn random_linear(n_in: usize, n_out: usize, seed: u64) -> Linear {
+        let mut z = seed;
+        let mut next = || {
+            z = z.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((z >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        };
+        let w: Vec<f32> = (0..n_in * n_out).map(|_| next()).collect();
+        let wt = transpose(&w, n_out, n_in);
+        Linear {
+            strips: strips(&wt, n_in, n_out),
+            wt,
+            b: vec![0.0; n_out],
+            n_in,
+            n_out,
+        }
+    }
+
+    /// Every path of the product (the strip kernels on each instruction set
+    /// this CPU has, gemm) against an f64 product, for row counts that fill
+    /// and split the kernels' tiles, with and without accumulation.
+    #[test]
+    fn products_agree_on_every_path() {
+        let l = random_linear(40, 96, 7);
+        assert_eq!(l.strips.len(), 40 * 96);
+        assert!(random_linear(40, 80, 7).strips.is_empty(), "80 is not a multiple of 32");
+        let mut kernels: Vec<(&str, StripFn)> = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                kernels.push(("avx512", x86::strip512));
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                kernels.push(("avx2", x86::strip256));
+            }
+        }
+        for t in [1, 2, 5, 6, 7, 11, 12, 13, 25, 70] {
+            let x: Vec<f32> = (0..t * 40).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+            let y0: Vec<f32> = (0..t * 96).map(|i| (i % 7) as f32).collect();
+            let want = |acc: bool| -> Vec<f64> {
+                let mut out = vec![0f64; t * 96];
+                for r in 0..t {
+                    for c in 0..96 {
+                        let dot: f64 = (0..40).map(|k| x[r * 40 + k] as f64 * l.wt[k * 96 + c] as f64).sum();
+                        out[r * 96 + c] = dot + if acc { y0[r * 96 + c] as f64 } else { 0.0 };
+                    }
+                }
+                out
+            };
+            for acc in [false, true] {
+                let want = want(acc);
+                let check = |what: &str, got: &[f32]| {
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (*g as f64 - w).abs() < 1e-4,
+                            "{what}, t {t}, acc {acc}, [{i}]: {g} vs {w}"
+                        );
+                    }
+                };
+                let mut y = y0.clone();
+                matmul(&x, &l, &mut y, t, acc);
+                check("matmul", &y);
+                for (name, k) in &kernels {
+                    let mut y = y0.clone();
+                    for s in 0..3 {
+                        // SAFETY: the feature was detected above; strip s of
+                        // a 40 × 96 product, y is t × 96.
+                        unsafe {
+                            k(
+                                x.as_ptr(),
+                                40,
+                                t,
+                                l.strips.as_ptr().add(s * 40 * 32),
+                                y.as_mut_ptr().add(s * 32),
+                                96,
+                                acc,
+                            )
+                        };
+                    }
+                    check(name, &y);
+                }
+            }
+        }
+    }
 
     #[test]
     fn exp_and_erf_are_accurate() {

@@ -97,7 +97,7 @@ impl MiniLm {
         self.batch_tokens = tokens.max(self.max_tokens);
     }
 
-    /// Token count of each text after truncation (with [CLS] and [SEP]).
+    /// Token count of each text after truncation (with `[CLS]` and `[SEP]`).
     pub fn token_counts(&self, texts: &[&str]) -> Result<Vec<usize>> {
         let enc = self
             .tokenizer

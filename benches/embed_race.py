@@ -370,36 +370,14 @@ def compare(ours, theirs):
     return diff, float(np.min(cos)), int(np.argmin(cos))
 
 
-def time_batch1(emb, lines, seconds):
+def time_calls(call, items, seconds):
+    """Calls `call(item)` on `items` in turn for a warm-up, then for
+    `seconds`; each call returns how many sentences it embedded. Latency
+    percentiles are per call, the rate is sentences per second."""
     end = time.perf_counter() + WARMUP_S
     i = 0
     while time.perf_counter() < end:
-        emb.one(lines[i % len(lines)])
-        i += 1
-    lat = []
-    i = 0
-    t0 = time.perf_counter()
-    stop = t0 + seconds
-    while True:
-        s = time.perf_counter()
-        if s >= stop:
-            break
-        emb.one(lines[i % len(lines)])
-        lat.append(time.perf_counter() - s)
-        i += 1
-    total = time.perf_counter() - t0
-    lat = np.array(lat) * 1e3
-    return {"p50_ms": round(float(np.percentile(lat, 50)), 3),
-            "p90_ms": round(float(np.percentile(lat, 90)), 3),
-            "per_s": round(len(lat) / total, 1), "calls": len(lat)}
-
-
-def time_batched(emb, lines, batch, seconds):
-    groups = [lines[i:i + batch] for i in range(0, len(lines), batch)]
-    end = time.perf_counter() + WARMUP_S
-    i = 0
-    while time.perf_counter() < end:
-        emb.many(groups[i % len(groups)])
+        call(items[i % len(items)])
         i += 1
     lat, sent = [], 0
     i = 0
@@ -409,17 +387,31 @@ def time_batched(emb, lines, batch, seconds):
         s = time.perf_counter()
         if s >= stop:
             break
-        g = groups[i % len(groups)]
-        emb.many(g)
+        sent += call(items[i % len(items)])
         lat.append(time.perf_counter() - s)
-        sent += len(g)
         i += 1
     total = time.perf_counter() - t0
     lat = np.array(lat) * 1e3
     return {"p50_ms": round(float(np.percentile(lat, 50)), 3),
             "p90_ms": round(float(np.percentile(lat, 90)), 3),
-            "per_s": round(sent / total, 1), "calls": len(lat),
-            "padding": f"each group of {batch} consecutive lines padded to its longest, unsorted"}
+            "per_s": round(sent / total, 1), "calls": len(lat)}
+
+
+def time_batch1(emb, lines, seconds):
+    def call(line):
+        emb.one(line)
+        return 1
+    return time_calls(call, lines, seconds)
+
+
+def time_batched(emb, lines, batch, seconds):
+    groups = [lines[i:i + batch] for i in range(0, len(lines), batch)]
+    def call(group):
+        emb.many(group)
+        return len(group)
+    r = time_calls(call, groups, seconds)
+    r["padding"] = f"each group of {batch} consecutive lines padded to its longest, unsorted"
+    return r
 
 
 def main():

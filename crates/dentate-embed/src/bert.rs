@@ -667,158 +667,106 @@ mod x86 {
     use super::{Kernels, STRIP, generic};
     use std::arch::x86_64::*;
 
-    /// [`super::StripFn`] on AVX-512: tiles of up to 12 rows × 32 columns
-    /// (24 accumulators, 2 weight registers).
-    ///
-    /// # Safety
-    /// AVX-512F must be present; x must hold `rows × k` values, w `k × 32`,
-    /// y `rows` rows of stride `ld` with 32 valid columns each.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn strip512(
-        x: *const f32,
-        k: usize,
-        rows: usize,
-        w: *const f32,
-        y: *mut f32,
-        ld: usize,
-        accumulate: bool,
-    ) {
-        let mut r = 0;
-        while r < rows {
-            // SAFETY: forwarded from the caller, rows r .. r + m < rows.
-            unsafe {
-                let (x, y) = (x.add(r * k), y.add(r * ld));
-                let m = match rows - r {
-                    12.. => tile512::<12>(x, k, w, ld, y, accumulate),
-                    11 => tile512::<11>(x, k, w, ld, y, accumulate),
-                    10 => tile512::<10>(x, k, w, ld, y, accumulate),
-                    9 => tile512::<9>(x, k, w, ld, y, accumulate),
-                    8 => tile512::<8>(x, k, w, ld, y, accumulate),
-                    7 => tile512::<7>(x, k, w, ld, y, accumulate),
-                    6 => tile512::<6>(x, k, w, ld, y, accumulate),
-                    5 => tile512::<5>(x, k, w, ld, y, accumulate),
-                    4 => tile512::<4>(x, k, w, ld, y, accumulate),
-                    3 => tile512::<3>(x, k, w, ld, y, accumulate),
-                    2 => tile512::<2>(x, k, w, ld, y, accumulate),
-                    _ => tile512::<1>(x, k, w, ld, y, accumulate),
-                };
-                r += m;
-            }
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn tile512<const R: usize>(
-        x: *const f32,
-        k: usize,
-        w: *const f32,
-        ld: usize,
-        y: *mut f32,
-        accumulate: bool,
-    ) -> usize {
-        const { assert!(STRIP == 32) };
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        // SAFETY: the caller's bounds (see `strip512`).
-        unsafe {
-            for kk in 0..k {
-                let wr = w.add(kk * STRIP);
-                let (w0, w1) = (_mm512_loadu_ps(wr), _mm512_loadu_ps(wr.add(16)));
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let xv = _mm512_set1_ps(*x.add(i * k + kk));
-                    a[0] = _mm512_fmadd_ps(xv, w0, a[0]);
-                    a[1] = _mm512_fmadd_ps(xv, w1, a[1]);
+    /// A [`super::StripFn`] and its tile kernel for one register width:
+    /// the 32-column strip is cut into parts of two registers each (one
+    /// part on AVX-512, two on AVX2), and each part into tiles of R rows:
+    /// the largest R in `$r` that the rows left fill, else 1 (2·R
+    /// accumulators, 2 weight registers).
+    macro_rules! strip_kernel {
+        ($feat:literal, $strip:ident, $tile:ident, $lanes:literal, $zero:ident, $load:ident, $store:ident,
+         $set1:ident, $fmadd:ident, $add:ident, [$($r:literal),+]) => {
+            /// # Safety
+            /// The features must be present; x must hold `rows × k` values,
+            /// w `k × 32`, y `rows` rows of stride `ld` with 32 valid
+            /// columns each.
+            #[target_feature(enable = $feat)]
+            pub(super) unsafe fn $strip(
+                x: *const f32,
+                k: usize,
+                rows: usize,
+                w: *const f32,
+                y: *mut f32,
+                ld: usize,
+                accumulate: bool,
+            ) {
+                for part in 0..STRIP / (2 * $lanes) {
+                    let mut r = 0;
+                    while r < rows {
+                        // SAFETY: forwarded from the caller, rows
+                        // r .. r + m ≤ rows, columns of this part < 32.
+                        unsafe {
+                            let c = 2 * $lanes * part;
+                            let (x, w, y) = (x.add(r * k), w.add(c), y.add(r * ld + c));
+                            r += match rows - r {
+                                $(n if n >= $r => $tile::<$r>(x, k, w, ld, y, accumulate),)+
+                                _ => $tile::<1>(x, k, w, ld, y, accumulate),
+                            };
+                        }
+                    }
                 }
             }
-            for (i, a) in acc.iter().enumerate() {
-                let yr = y.add(i * ld);
-                for (h, &v) in a.iter().enumerate() {
-                    let p = yr.add(16 * h);
-                    let v = if accumulate {
-                        _mm512_add_ps(v, _mm512_loadu_ps(p))
-                    } else {
-                        v
-                    };
-                    _mm512_storeu_ps(p, v);
-                }
-            }
-        }
-        R
-    }
 
-    /// [`super::StripFn`] on AVX2 + FMA: each 16-column half of the strip
-    /// in tiles of up to 6 rows (12 accumulators, 2 weight registers).
-    ///
-    /// # Safety
-    /// AVX2 and FMA must be present; bounds as for [`strip512`].
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn strip256(
-        x: *const f32,
-        k: usize,
-        rows: usize,
-        w: *const f32,
-        y: *mut f32,
-        ld: usize,
-        accumulate: bool,
-    ) {
-        for half in 0..2 {
-            let mut r = 0;
-            while r < rows {
-                // SAFETY: forwarded from the caller, rows r .. r + m < rows,
-                // columns 16·half .. 16·half + 16 < 32.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn $tile<const R: usize>(
+                x: *const f32,
+                k: usize,
+                w: *const f32,
+                ld: usize,
+                y: *mut f32,
+                accumulate: bool,
+            ) -> usize {
+                let mut acc = [[$zero(); 2]; R];
+                // SAFETY: the caller's bounds (see the strip function).
                 unsafe {
-                    let (x, w, y) = (x.add(r * k), w.add(16 * half), y.add(r * ld + 16 * half));
-                    let m = match rows - r {
-                        6.. => tile256::<6>(x, k, w, ld, y, accumulate),
-                        5 => tile256::<5>(x, k, w, ld, y, accumulate),
-                        4 => tile256::<4>(x, k, w, ld, y, accumulate),
-                        3 => tile256::<3>(x, k, w, ld, y, accumulate),
-                        2 => tile256::<2>(x, k, w, ld, y, accumulate),
-                        _ => tile256::<1>(x, k, w, ld, y, accumulate),
-                    };
-                    r += m;
+                    for kk in 0..k {
+                        let wr = w.add(kk * STRIP);
+                        let (w0, w1) = ($load(wr), $load(wr.add($lanes)));
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let xv = $set1(*x.add(i * k + kk));
+                            a[0] = $fmadd(xv, w0, a[0]);
+                            a[1] = $fmadd(xv, w1, a[1]);
+                        }
+                    }
+                    for (i, a) in acc.iter().enumerate() {
+                        let yr = y.add(i * ld);
+                        for (h, &v) in a.iter().enumerate() {
+                            let p = yr.add($lanes * h);
+                            let v = if accumulate { $add(v, $load(p)) } else { v };
+                            $store(p, v);
+                        }
+                    }
                 }
+                R
             }
-        }
+        };
     }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile256<const R: usize>(
-        x: *const f32,
-        k: usize,
-        w: *const f32,
-        ld: usize,
-        y: *mut f32,
-        accumulate: bool,
-    ) -> usize {
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        // SAFETY: the caller's bounds (see `strip256`).
-        unsafe {
-            for kk in 0..k {
-                let wr = w.add(kk * STRIP);
-                let (w0, w1) = (_mm256_loadu_ps(wr), _mm256_loadu_ps(wr.add(8)));
-                for (i, a) in acc.iter_mut().enumerate() {
-                    let xv = _mm256_set1_ps(*x.add(i * k + kk));
-                    a[0] = _mm256_fmadd_ps(xv, w0, a[0]);
-                    a[1] = _mm256_fmadd_ps(xv, w1, a[1]);
-                }
-            }
-            for (i, a) in acc.iter().enumerate() {
-                let yr = y.add(i * ld);
-                for (h, &v) in a.iter().enumerate() {
-                    let p = yr.add(8 * h);
-                    let v = if accumulate {
-                        _mm256_add_ps(v, _mm256_loadu_ps(p))
-                    } else {
-                        v
-                    };
-                    _mm256_storeu_ps(p, v);
-                }
-            }
-        }
-        R
-    }
+    strip_kernel!(
+        "avx512f",
+        strip512,
+        tile512,
+        16,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_add_ps,
+        [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2]
+    );
+    strip_kernel!(
+        "avx2,fma",
+        strip256,
+        tile256,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_add_ps,
+        [6, 5, 4, 3, 2]
+    );
 
     macro_rules! versions {
         ($feat:literal, $name:ident) => {

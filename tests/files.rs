@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use dentate::io::HEADER_LEN;
 use dentate::{
-    AnyIndex, Error, FlatIndex, Index, IndexKind, IvfPqConfig, IvfPqIndex, IvfSearchParams, PqCodes, Precision,
+    AnyIndex, Error, FlatIndex, Index, IndexKind, Init, IvfPqConfig, IvfPqIndex, IvfSearchParams, PqCodes, Precision,
 };
 use std::path::PathBuf;
 
@@ -63,9 +63,10 @@ fn same_answers(a: &IvfPqIndex, b: &IvfPqIndex, q: &[f32]) {
 
 fn fixture_fastscan() -> IvfPqIndex {
     // The fast-scan defaults of the v1 fixture's day: inner-product coarse
-    // k-means and codes of residuals.
+    // k-means from a k-means++ start and codes of residuals.
     let mut cfg = IvfPqConfig::fastscan(4, 3).opq(true);
     cfg.spherical_coarse = false;
+    cfg.coarse_init = Init::PlusPlus;
     cfg.residual_codes = true;
     small_ivf(12, cfg, 2026)
 }

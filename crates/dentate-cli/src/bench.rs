@@ -3,7 +3,7 @@
 use crate::shared::{Coarse, IndexSpec, build_index, load_truth, parse_list, read_matrix, thread_pool, timed_best};
 use clap::Args;
 use dentate_core::data::recall_at_k;
-use dentate_core::{Index, IvfSearchParams, Precision, StoreFormat};
+use dentate_core::{Index, Init, IvfSearchParams, Precision, StoreFormat};
 use std::path::PathBuf;
 
 /// What a search returns.
@@ -76,6 +76,11 @@ pub struct BenchArgs {
     /// the index kind's: true for both).
     #[arg(long)]
     pub spherical_coarse: Option<bool>,
+    /// Coarse k-means start: `random` (`nlist` sample points, as FAISS) or
+    /// `plus-plus` (k-means++) (default: the index kind's: random for the
+    /// fast-scan kinds, k-means++ for ivfpq up to 256 lists).
+    #[arg(long, value_parser = ["random", "plus-plus"])]
+    pub coarse_init: Option<String>,
     /// PQ codes: `true` = of each vector's residual from its list's
     /// centroid, `false` = of the vector itself, as FAISS's IVF fast-scan
     /// for inner product (default: the index kind's).
@@ -136,6 +141,10 @@ fn run_in_pool(a: &BenchArgs, threads: usize) -> Result<(), Box<dyn std::error::
             points_per_list: a.kmeans_points_per_list,
             iterations: a.kmeans_iterations,
             spherical: a.spherical_coarse,
+            init: a.coarse_init.as_deref().map(|i| match i {
+                "random" => Init::Random,
+                _ => Init::PlusPlus,
+            }),
             residual: a.residual_codes,
         },
     };

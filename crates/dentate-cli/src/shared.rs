@@ -5,7 +5,7 @@
 
 use clap::Args;
 use dentate_core::data::{Matrix, read_f32, read_i64};
-use dentate_core::{AnyIndex, FlatIndex, Index, IvfPqConfig, IvfPqIndex, Precision, StoreFormat};
+use dentate_core::{AnyIndex, FlatIndex, Index, Init, IvfPqConfig, IvfPqIndex, Precision, StoreFormat};
 use dentate_embed::Embedder;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
@@ -136,6 +136,8 @@ pub(crate) struct Coarse {
     pub points_per_list: Option<usize>,
     pub iterations: Option<usize>,
     pub spherical: Option<bool>,
+    /// How the coarse k-means starts.
+    pub init: Option<Init>,
     /// PQ codes of residuals (`true`) or of the vectors (`false`).
     pub residual: Option<bool>,
 }
@@ -166,6 +168,9 @@ pub(crate) fn build_index(spec: &IndexSpec, base: &Matrix<f32>, progress: bool) 
             }
             if let Some(s) = spec.coarse.spherical {
                 cfg.spherical_coarse = s;
+            }
+            if let Some(i) = spec.coarse.init {
+                cfg.coarse_init = i;
             }
             if let Some(r) = spec.coarse.residual {
                 cfg.residual_codes = r;

@@ -70,6 +70,9 @@ pub struct IvfPqConfig {
     pub pq_iterations: usize,
     /// Coarse k-means trains on at most this many points per list (FAISS: 256).
     pub kmeans_points_per_list: usize,
+    /// How the coarse k-means starts: k-means++ (one pass over the sample
+    /// per list) or `nlist` random sample points (FAISS's IVF).
+    pub coarse_init: Init,
     /// Coarse centroids: `true` = spherical k-means (unit centroids, as
     /// FAISS's IVF trains for inner product), `false` = inner-product
     /// k-means (centroids are the means of their vectors), whose shorter
@@ -104,6 +107,9 @@ impl IvfPqConfig {
             kmeans_iterations: 25,
             pq_iterations: 25,
             kmeans_points_per_list: 256,
+            // k-means++ costs a pass over the sample per list: above 256
+            // lists its start costs more than the iterations.
+            coarse_init: if nlist > 256 { Init::Random } else { Init::PlusPlus },
             spherical_coarse: true,
             residual_codes: true,
             opq_config: OpqConfig::default(),
@@ -115,7 +121,10 @@ impl IvfPqConfig {
     /// sub-quantizers (`m/2` code bytes per vector; `m = dim/2` or `dim/4`
     /// are the usual choices): f16 re-rank store, nprobe 16, re-rank factor
     /// 10, 10 coarse k-means iterations (as FAISS's IVF) on at most 64
-    /// points per list (FAISS: 256), spherical coarse k-means and codes of
+    /// points per list (FAISS: 256) from random starting centroids (as
+    /// FAISS; chosen on the Rust-doc set, where its lists cover as much
+    /// as k-means++'s and are more even, and checked on the Python one,
+    /// BENCHMARKS.md "A random start"), spherical coarse k-means and codes of
     /// the vectors rather than of residuals (both as FAISS's IVF fast-scan
     /// for inner product; chosen on the Rust-doc set and checked on the
     /// Python one, BENCHMARKS.md "Codes of the vectors"), OPQ (when
@@ -126,6 +135,7 @@ impl IvfPqConfig {
         cfg.rerank = 10;
         cfg.kmeans_iterations = 10;
         cfg.kmeans_points_per_list = 64;
+        cfg.coarse_init = Init::Random;
         cfg.spherical_coarse = true;
         cfg.residual_codes = false;
         // 16 centroids per sub-space: a quarter of the 8-bit sample fits
@@ -359,11 +369,7 @@ impl IvfPqIndex {
                     .inner_product(!self.cfg.spherical_coarse)
                     .seed(self.cfg.seed)
                     .max_iter(self.cfg.kmeans_iterations)
-                    .init(if self.cfg.nlist > 256 {
-                        Init::Random
-                    } else {
-                        Init::PlusPlus
-                    })
+                    .init(self.cfg.coarse_init)
             };
             KMeans::train(&x, self.dim, &km_cfg, c)?.centroids
         };

@@ -15,6 +15,7 @@
 #         FS_NLISTS="256 1024"  FS_MS="d/8 d/4 d/2"  FS_NPROBES=4,8,16,32,64,128,256
 #         FS_RERANKS=2,4,8,16,32  PQ_NLIST=1024  PQ_M=d/8  PQ_NPROBES=4,8,16,32,64,128
 #         PQ_RERANKS=0,4,8,16   OPQ_ITERATIONS (Dentate's: default per index kind)
+#         FS_STORE (Dentate's fast-scan re-rank store: f16 default, sq8, f32)
 #       Engines alternate which runs first from one configuration to the
 #       next; the load average is logged into DIR/race.jsonl as comments.
 #       `dentate tune` (TUNE_TARGET, default 0.95) then chooses fast-scan
@@ -47,6 +48,10 @@ if [[ "${1:-}" == "--race" ]]; then
     pq_reranks=${PQ_RERANKS:-0,4,8,16}
     opq_it=()
     if [[ -n "${OPQ_ITERATIONS:-}" ]]; then opq_it=(--opq-iterations "$OPQ_ITERATIONS"); fi
+    # FS_STORE=sq8|f16|f32: the re-rank store of Dentate's fast-scan grid
+    # rows (default: bench's, f16). tune and its choice keep the default.
+    fs_store=()
+    if [[ -n "${FS_STORE:-}" ]]; then fs_store=(--rerank-store "$FS_STORE"); fi
     files=(--base "$dir/base.fvecs" --queries "$dir/queries.fvecs" --gt "$dir/gt.ivecs" --k 10 --threads "$threads" --json)
     out="$dir/race.jsonl"
     : > "$out"
@@ -66,10 +71,10 @@ if [[ "${1:-}" == "--race" ]]; then
          "$(q python3 "$here/faiss_compare.py" "${files[@]}" --index flat)"
     for nlist in $fs_nlists; do
         for m in $fs_ms; do
-            pair "$(q "$bin" bench "${files[@]}" --index ivffastscan --nlist "$nlist" --m "$m" --nprobe "$fs_nprobes" --rerank "$fs_reranks")" \
+            pair "$(q "$bin" bench "${files[@]}" --index ivffastscan "${fs_store[@]}" --nlist "$nlist" --m "$m" --nprobe "$fs_nprobes" --rerank "$fs_reranks")" \
                  "$(q python3 "$here/faiss_compare.py" "${files[@]}" --index ivfpqfs --nlist "$nlist" --m "$m" --nprobe "$fs_nprobes" --rerank "$fs_reranks")"
             note "$bin bench --index ivffastscan --opq --nlist $nlist --m $m"
-            "$bin" bench "${files[@]}" --index ivffastscan --opq "${opq_it[@]}" --nlist "$nlist" --m "$m" \
+            "$bin" bench "${files[@]}" --index ivffastscan --opq "${opq_it[@]}" "${fs_store[@]}" --nlist "$nlist" --m "$m" \
                 --nprobe "$fs_nprobes" --rerank "$fs_reranks" | tee -a "$out"
         done
     done

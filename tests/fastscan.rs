@@ -496,7 +496,15 @@ fn tune_finds_settings_that_reach_the_target() {
     assert_eq!(out.split, (100, 100));
     let best = out.best.clone().expect("a setting reaches 0.9");
     assert!(best.recall >= 0.9);
-    assert!(out.trials.iter().all(|t| t.recall >= 0.9 && t.qps <= best.qps));
+    // The fastest trial is the first choice; when its held-aside recall
+    // missed, the search moved to safer settings, one of whose measured
+    // steps is `best`. Which trial times fastest is up to the machine.
+    let fastest = out.held_aside_miss.as_ref().unwrap_or(&best);
+    assert!(out.trials.iter().all(|t| t.recall >= 0.9 && t.qps <= fastest.qps));
+    let key = |t: &dentate::TuneTrial| (t.nlist, t.m, t.nprobe, t.rerank);
+    if out.held_aside_miss.is_some() {
+        assert!(out.safer.iter().any(|t| key(t) == key(&best)));
+    }
     assert!(best.holdout_recall > 0.8, "held-aside recall {}", best.holdout_recall);
     // The chosen configuration rebuilds to the same recall on the tuning side.
     let c = out.config().unwrap();

@@ -63,9 +63,11 @@ fn same_answers(a: &IvfPqIndex, b: &IvfPqIndex, q: &[f32]) {
 
 fn fixture_fastscan() -> IvfPqIndex {
     // The fast-scan defaults of the v1 fixture's day: inner-product coarse
-    // k-means from a k-means++ start and codes of residuals.
+    // k-means on 64 points a list from a k-means++ start, and codes of
+    // residuals.
     let mut cfg = IvfPqConfig::fastscan(4, 3).opq(true);
     cfg.spherical_coarse = false;
+    cfg.kmeans_points_per_list = 64;
     cfg.coarse_init = Init::PlusPlus;
     cfg.residual_codes = true;
     small_ivf(12, cfg, 2026)

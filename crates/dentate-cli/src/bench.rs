@@ -63,8 +63,8 @@ pub struct BenchArgs {
     /// 20 for the fast-scan kinds).
     #[arg(long)]
     pub opq_iterations: Option<usize>,
-    /// Coarse k-means: training points per list (default: the index
-    /// kind's, 256 for ivfpq, 64 for the fast-scan kinds; FAISS: 256).
+    /// Coarse k-means: training points per list (default 256 for every
+    /// kind, as FAISS).
     #[arg(long)]
     pub kmeans_points_per_list: Option<usize>,
     /// Coarse k-means: Lloyd iterations (default: the index kind's, 25 for

@@ -431,7 +431,15 @@ mod tests {
     #[test]
     fn argmax_matches_naive_with_ties() {
         let mut r = Rng::new(11);
-        for &(nq, n, d) in &[(5, 1, 3), (50, 256, 4), (9, 37, 8), (3, 100, 24)] {
+        for &(nq, n, d) in &[
+            (5, 1, 3),
+            (50, 256, 4),
+            (9, 37, 8),
+            (3, 100, 24),
+            (17, 6, 1),
+            (33, 18, 2),
+            (20, 19, 16),
+        ] {
             let q = rand_vec(&mut r, nq * d);
             let mut rows = rand_vec(&mut r, n * d);
             if n > 20 {
@@ -440,8 +448,19 @@ mod tests {
                 let dup = rows[3 * d..4 * d].to_vec();
                 rows[17 * d..18 * d].copy_from_slice(&dup);
             }
+            if n > 6 {
+                // A tie inside one group of the kernel: rows 5 and 6 are
+                // both a long copy of query 0, so they win it together.
+                let long: Vec<f32> = q[..d].iter().map(|x| 100.0 * x).collect();
+                rows[5 * d..6 * d].copy_from_slice(&long);
+                rows[6 * d..7 * d].copy_from_slice(&long);
+            }
             let bias: Vec<f32> = (0..n)
-                .map(|i| if i == 17 || i == 3 { 0.0 } else { -0.01 * i as f32 })
+                .map(|i| match i {
+                    3 | 17 => 0.0,
+                    5 | 6 => -0.005,
+                    _ => -0.01 * i as f32,
+                })
                 .collect();
             let p = Panels::from_rows(&rows, d, Precision::F32);
             for isa in Isa::available() {
@@ -456,6 +475,12 @@ mod tests {
                         "{isa:?}"
                     );
                     assert_ne!(got_r[qi], 17, "tie must go to row 3");
+                    if n > 6 {
+                        assert_ne!(got_r[qi], 6, "tie must go to row 5");
+                        if qi == 0 {
+                            assert_eq!(got_r[qi], 5, "{isa:?}");
+                        }
+                    }
                 }
             }
         }

@@ -174,11 +174,60 @@ pub(super) fn top_k(isa: Isa, queries: &[f32], base: BaseRef<'_>, k: usize) -> V
     merged.into_par_iter().map(Reservoir::into_sorted).collect()
 }
 
+/// Nearest centroid at large dimension (the coarse k-means and IVF
+/// assignment): the tile kernel with a running best per point, the same
+/// scores and the same winner (the smaller row on equal scores) as a
+/// top-1 [`top_k`], without a candidate list per point.
+fn assign_by_tiles(isa: Isa, points: &[f32], centroids: &Panels, bias: Option<&[f32]>) -> (Vec<u32>, Vec<f32>) {
+    let d = centroids.dim();
+    let nq = points.len() / d;
+    let np = centroids.panels();
+    let block = |qs: &[f32]| -> (Vec<u32>, Vec<f32>) {
+        let nqb = qs.len() / d;
+        let mut rows = vec![0u32; nqb];
+        let mut best = vec![f32::NEG_INFINITY; nqb];
+        for_each_tile(isa, qs, nqb, centroids, (0, np), |row0, valid, out, width| {
+            for (qi, (row, top)) in rows.iter_mut().zip(best.iter_mut()).enumerate() {
+                let scores = &mut out[qi * width..qi * width + valid];
+                if let Some(bias) = bias {
+                    for (s, b) in scores.iter_mut().zip(&bias[row0..row0 + valid]) {
+                        *s += b;
+                    }
+                }
+                for (c, &s) in scores.iter().enumerate() {
+                    // Strictly greater: rows arrive in order, so a tie keeps the smaller.
+                    if s > *top {
+                        *top = s;
+                        *row = (row0 + c) as u32;
+                    }
+                }
+            }
+        });
+        (rows, best)
+    };
+    let serial = nq.saturating_mul(centroids.len()).saturating_mul(d) < SERIAL_MACS;
+    let parts: Vec<(Vec<u32>, Vec<f32>)> = if serial {
+        points.chunks(QB * d).map(block).collect()
+    } else {
+        points.par_chunks(QB * d).map(block).collect()
+    };
+    let mut rows = Vec::with_capacity(nq);
+    let mut scores = Vec::with_capacity(nq);
+    for (r, s) in parts {
+        rows.extend(r);
+        scores.extend(s);
+    }
+    (rows, scores)
+}
+
 /// [`crate::Compute::assign`].
 pub(super) fn assign(cpu: &CpuCompute, points: &[f32], centroids: &Panels, metric: Metric) -> (Vec<u32>, Vec<f32>) {
     let d = centroids.dim();
-    if d == 0 || d > 32 {
+    if d == 0 || centroids.is_empty() {
         return assign_by_top_k(cpu, points, centroids, metric);
+    }
+    if d > 32 {
+        return assign_by_tiles(cpu.isa(), points, centroids, l2_bias(centroids, metric).as_deref());
     }
     // Small dimension (PQ sub-spaces, k-means on them): the fused argmax
     // kernel straight into two flat vectors, with no per-point candidate
@@ -234,4 +283,40 @@ fn any_ge(chunk: &[f32], thr: f32) -> bool {
         hit |= x >= thr;
     }
     hit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Precision;
+    use crate::compute::Compute;
+    use crate::rng::Rng;
+
+    /// The fused assignment at large dimension picks exactly what a top-1
+    /// search picks: same rows (the smaller one on a tie), same scores,
+    /// serial and parallel, cosine and L2, partial panels and blocks.
+    #[test]
+    fn tiled_assignment_matches_top_one() {
+        let mut r = Rng::new(5);
+        for &(nq, n, d) in &[(100, 300, 40), (2_000, 300, 40), (7, 33, 64)] {
+            let points: Vec<f32> = (0..nq * d).map(|_| r.normal()).collect();
+            let mut rows: Vec<f32> = (0..n * d).map(|_| r.normal()).collect();
+            let dup = rows[2 * d..3 * d].to_vec();
+            rows[20 * d..21 * d].copy_from_slice(&dup);
+            // A point equal to the duplicated centroid: a certain tie.
+            let mut points = points;
+            points[..d].copy_from_slice(&dup);
+            let panels = Panels::from_rows(&rows, d, Precision::F32);
+            for isa in Isa::available() {
+                let cpu = CpuCompute::with_isa(isa).unwrap();
+                for metric in [Metric::Cosine, Metric::L2] {
+                    let (got_rows, got_scores) = cpu.assign(&points, &panels, metric);
+                    let (want_rows, want_scores) = assign_by_top_k(&cpu, &points, &panels, metric);
+                    assert_eq!(got_rows, want_rows, "{isa:?} {metric:?} {nq}x{n}x{d}");
+                    assert_eq!(got_scores, want_scores, "{isa:?} {metric:?} {nq}x{n}x{d}");
+                    assert_eq!(got_rows[0], 2, "tie must go to the smaller row");
+                }
+            }
+        }
+    }
 }

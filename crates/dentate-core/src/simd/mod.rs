@@ -318,38 +318,108 @@ pub fn argmax(isa: Isa, q: &[f32], d: usize, centroids: &[f32], bias: &[f32], ro
 
 /// Portable body of [`argmax`]; the per-ISA wrappers recompile it with
 /// wider vector features so the 16-lane loops become single instructions.
+/// The sub-space dimensions PQ uses (1, 2, 4, 8, 16) get a kernel with the
+/// dimension fixed at compile time: the product loop unrolls and the block
+/// of queries lives in registers (at dimension 4 the generic loop spent as
+/// long on its bounds checks as on the arithmetic).
 #[inline(always)]
 fn argmax_generic(q: &[f32], d: usize, c: &[f32], bias: &[f32], rows: &mut [u32], scores: &mut [f32]) {
-    let nq = q.len() / d;
-    let mut qt = vec![0f32; d * PANEL];
-    for q0 in (0..nq).step_by(PANEL) {
-        let m = (nq - q0).min(PANEL);
-        for l in 0..PANEL {
-            for j in 0..d {
-                qt[j * PANEL + l] = if l < m { q[(q0 + l) * d + j] } else { 0.0 };
+    match d {
+        1 => argmax_blocks::<1>(q, d, c, bias, rows, scores),
+        2 => argmax_blocks::<2>(q, d, c, bias, rows, scores),
+        4 => argmax_blocks::<4>(q, d, c, bias, rows, scores),
+        8 => argmax_blocks::<8>(q, d, c, bias, rows, scores),
+        16 => argmax_blocks::<16>(q, d, c, bias, rows, scores),
+        _ => argmax_blocks::<0>(q, d, c, bias, rows, scores),
+    }
+}
+
+/// [`argmax_generic`] over blocks of sixteen queries; `D > 0` fixes the
+/// dimension at compile time (it then equals `d`), `D = 0` leaves it to `d`.
+#[inline(always)]
+fn argmax_blocks<const D: usize>(q: &[f32], d: usize, c: &[f32], bias: &[f32], rows: &mut [u32], scores: &mut [f32]) {
+    let d = if D > 0 { D } else { d };
+    let mut qt = vec![[0f32; PANEL]; d];
+    for ((block, rows), scores) in q
+        .chunks(d * PANEL)
+        .zip(rows.chunks_mut(PANEL))
+        .zip(scores.chunks_mut(PANEL))
+    {
+        // Dimension-major block; the lanes past a short last block are zero.
+        for (l, point) in block.chunks_exact(d).enumerate().take(PANEL) {
+            for (col, &x) in qt.iter_mut().zip(point) {
+                col[l] = x;
             }
         }
-        let mut best = [f32::NEG_INFINITY; PANEL];
-        let mut best_row = [0u32; PANEL];
-        for (ci, (cr, &b)) in c.chunks_exact(d).zip(bias).enumerate() {
-            let mut acc = [0f32; PANEL];
-            for (j, &x) in cr.iter().enumerate() {
-                let col = &qt[j * PANEL..(j + 1) * PANEL];
+        let used = block.len() / d;
+        if used < PANEL {
+            qt.iter_mut().for_each(|col| col[used..].fill(0.0));
+        }
+        let (best, best_row) = argmax_block(&qt[..d], c, bias);
+        let m = rows.len().min(scores.len()).min(PANEL);
+        rows[..m].copy_from_slice(&best_row[..m]);
+        scores[..m].copy_from_slice(&best[..m]);
+    }
+}
+
+/// Centroids scored together in [`argmax_block`]: four independent
+/// accumulator rows keep the multiply-adds of one dimension in flight
+/// while the running best waits on one compare per group, not per centroid.
+const ARGMAX_GROUP: usize = 4;
+
+/// The best of the row-major centroids `c` (`bias.len()` rows of
+/// `qt.len()` values) for each of the sixteen queries held dimension-major
+/// in `qt`; ties go to the earlier centroid.
+#[inline(always)]
+fn argmax_block(qt: &[[f32; PANEL]], c: &[f32], bias: &[f32]) -> ([f32; PANEL], [u32; PANEL]) {
+    const G: usize = ARGMAX_GROUP;
+    let d = qt.len();
+    let mut best = [f32::NEG_INFINITY; PANEL];
+    let mut best_row = [0u32; PANEL];
+    // Strictly greater: on equal scores the earlier (smaller) row stays.
+    let keep = |best: &mut [f32; PANEL], best_row: &mut [u32; PANEL], s: &[f32; PANEL], row: &[u32; PANEL]| {
+        for l in 0..PANEL {
+            let better = s[l] > best[l];
+            best[l] = if better { s[l] } else { best[l] };
+            best_row[l] = if better { row[l] } else { best_row[l] };
+        }
+    };
+    let groups = bias.len() / G;
+    for (gi, (cg, bg)) in c.chunks_exact(G * d).zip(bias.chunks_exact(G)).take(groups).enumerate() {
+        let mut acc = [[0f32; PANEL]; G];
+        for (j, col) in qt.iter().enumerate() {
+            for (g, a) in acc.iter_mut().enumerate() {
+                let x = cg[g * d + j];
                 for l in 0..PANEL {
-                    acc[l] += col[l] * x;
+                    a[l] += col[l] * x;
                 }
             }
+        }
+        for (a, &b) in acc.iter_mut().zip(bg) {
+            a.iter_mut().for_each(|v| *v += b);
+        }
+        // A tree over the group, earlier rows on the left.
+        let row0 = (gi * G) as u32;
+        let [a0, a1, a2, a3] = acc;
+        let (mut s01, mut r01) = (a0, [row0; PANEL]);
+        keep(&mut s01, &mut r01, &a1, &[row0 + 1; PANEL]);
+        let (mut s23, mut r23) = (a2, [row0 + 2; PANEL]);
+        keep(&mut s23, &mut r23, &a3, &[row0 + 3; PANEL]);
+        keep(&mut s01, &mut r01, &s23, &r23);
+        keep(&mut best, &mut best_row, &s01, &r01);
+    }
+    for ci in groups * G..bias.len() {
+        let cr = &c[ci * d..(ci + 1) * d];
+        let mut acc = [0f32; PANEL];
+        for (col, &x) in qt.iter().zip(cr) {
             for l in 0..PANEL {
-                let s = acc[l] + b;
-                // Strictly greater: on equal scores the earlier (smaller) row stays.
-                let better = s > best[l];
-                best[l] = if better { s } else { best[l] };
-                best_row[l] = if better { ci as u32 } else { best_row[l] };
+                acc[l] += col[l] * x;
             }
         }
-        rows[q0..q0 + m].copy_from_slice(&best_row[..m]);
-        scores[q0..q0 + m].copy_from_slice(&best[..m]);
+        acc.iter_mut().for_each(|v| *v += bias[ci]);
+        keep(&mut best, &mut best_row, &acc, &[ci as u32; PANEL]);
     }
+    (best, best_row)
 }
 
 /// Inner products of one vector `q` with the `n` rows of the f32 panels

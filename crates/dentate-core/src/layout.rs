@@ -487,6 +487,22 @@ mod tests {
     }
 
     #[test]
+    fn argmax_takes_only_whole_centroids_with_a_bias() {
+        // Three centroids of dimension 2, the best one last; only two biases
+        // and a ragged tail: the third centroid must not be considered, and
+        // nothing may panic (dimension 0 included).
+        let c = [0.0, 1.0, 1.0, 0.0, 5.0, 5.0, 9.0];
+        let q = [1.0, 0.0];
+        for isa in Isa::available() {
+            let (mut rows, mut scores) = (vec![7u32], vec![0f32]);
+            simd::argmax(isa, &q, 2, &c, &[0.0, 0.0], &mut rows, &mut scores);
+            assert_eq!((rows[0], scores[0]), (1, 1.0), "{isa:?}");
+            simd::argmax(isa, &q, 0, &c, &[0.0], &mut rows, &mut scores);
+            simd::argmax(isa, &q, 2, &c[..1], &[0.0], &mut rows, &mut scores);
+        }
+    }
+
+    #[test]
     fn panel_dots_match_naive() {
         let mut r = Rng::new(13);
         for &(n, d) in &[(1, 1), (256, 8), (37, 5), (256, 24)] {

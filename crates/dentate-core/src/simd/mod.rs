@@ -324,6 +324,11 @@ pub fn argmax(isa: Isa, q: &[f32], d: usize, centroids: &[f32], bias: &[f32], ro
 /// long on its bounds checks as on the arithmetic).
 #[inline(always)]
 fn argmax_generic(q: &[f32], d: usize, c: &[f32], bias: &[f32], rows: &mut [u32], scores: &mut [f32]) {
+    // Only whole centroids that have a bias take part.
+    let Some(n) = c.len().checked_div(d).map(|n| n.min(bias.len())) else {
+        return;
+    };
+    let (c, bias) = (&c[..n * d], &bias[..n]);
     match d {
         1 => argmax_blocks::<1>(q, d, c, bias, rows, scores),
         2 => argmax_blocks::<2>(q, d, c, bias, rows, scores),

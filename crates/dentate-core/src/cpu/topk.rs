@@ -65,11 +65,7 @@ fn scan_block(
     for_each_tile(isa, qs, nq, base.panels, panels, |row0, valid, out, width| {
         for (qi, heap) in heaps.iter_mut().enumerate() {
             let scores = &mut out[qi * width..qi * width + valid];
-            if let Some(bias) = base.bias {
-                for (s, b) in scores.iter_mut().zip(&bias[row0..row0 + valid]) {
-                    *s += b;
-                }
-            }
+            add_bias(scores, base.bias, row0);
             let mut thr = heap.threshold();
             for (ci, chunk) in scores.chunks(PANEL).enumerate() {
                 // Most chunks hold nothing above the k-th best: one
@@ -174,11 +170,22 @@ pub(super) fn top_k(isa: Isa, queries: &[f32], base: BaseRef<'_>, k: usize) -> V
     merged.into_par_iter().map(Reservoir::into_sorted).collect()
 }
 
+/// Adds the per-row `bias` (if any) to the scores of rows `row0..`.
+fn add_bias(scores: &mut [f32], bias: Option<&[f32]>, row0: usize) {
+    if let Some(bias) = bias {
+        let n = scores.len();
+        for (s, b) in scores.iter_mut().zip(&bias[row0..row0 + n]) {
+            *s += b;
+        }
+    }
+}
+
 /// Nearest centroid at large dimension (the coarse k-means and IVF
 /// assignment): the tile kernel with a running best per point, the same
 /// scores and the same winner (the smaller row on equal scores) as a
-/// top-1 [`top_k`], without a candidate list per point.
-fn assign_by_tiles(isa: Isa, points: &[f32], centroids: &Panels, bias: Option<&[f32]>) -> (Vec<u32>, Vec<f32>) {
+/// top-1 [`top_k`], without a candidate list per point. Rows and scores
+/// per block of points, in order.
+fn assign_by_tiles(isa: Isa, points: &[f32], centroids: &Panels, bias: Option<&[f32]>) -> Vec<(Vec<u32>, Vec<f32>)> {
     let d = centroids.dim();
     let nq = points.len() / d;
     let np = centroids.panels();
@@ -189,11 +196,7 @@ fn assign_by_tiles(isa: Isa, points: &[f32], centroids: &Panels, bias: Option<&[
         for_each_tile(isa, qs, nqb, centroids, (0, np), |row0, valid, out, width| {
             for (qi, (row, top)) in rows.iter_mut().zip(best.iter_mut()).enumerate() {
                 let scores = &mut out[qi * width..qi * width + valid];
-                if let Some(bias) = bias {
-                    for (s, b) in scores.iter_mut().zip(&bias[row0..row0 + valid]) {
-                        *s += b;
-                    }
-                }
+                add_bias(scores, bias, row0);
                 for (c, &s) in scores.iter().enumerate() {
                     // Strictly greater: rows arrive in order, so a tie keeps the smaller.
                     if s > *top {
@@ -206,18 +209,11 @@ fn assign_by_tiles(isa: Isa, points: &[f32], centroids: &Panels, bias: Option<&[
         (rows, best)
     };
     let serial = nq.saturating_mul(centroids.len()).saturating_mul(d) < SERIAL_MACS;
-    let parts: Vec<(Vec<u32>, Vec<f32>)> = if serial {
+    if serial {
         points.chunks(QB * d).map(block).collect()
     } else {
         points.par_chunks(QB * d).map(block).collect()
-    };
-    let mut rows = Vec::with_capacity(nq);
-    let mut scores = Vec::with_capacity(nq);
-    for (r, s) in parts {
-        rows.extend(r);
-        scores.extend(s);
     }
-    (rows, scores)
 }
 
 /// [`crate::Compute::assign`].
@@ -226,18 +222,19 @@ pub(super) fn assign(cpu: &CpuCompute, points: &[f32], centroids: &Panels, metri
     if d == 0 || centroids.is_empty() {
         return assign_by_top_k(cpu, points, centroids, metric);
     }
-    if d > 32 {
-        return assign_by_tiles(cpu.isa(), points, centroids, l2_bias(centroids, metric).as_deref());
-    }
-    // Small dimension (PQ sub-spaces, k-means on them): the fused argmax
-    // kernel straight into two flat vectors, with no per-point candidate
-    // lists (allocating one per point cost more than the arithmetic for
-    // 16-centroid codebooks).
     let bias = l2_bias(centroids, metric);
-    let parts: Vec<(Vec<u32>, Vec<f32>)> = points
-        .par_chunks(1024 * d)
-        .map(|q| argmax_rows(cpu.isa(), q, centroids, bias.as_deref()))
-        .collect();
+    let parts = if d > 32 {
+        assign_by_tiles(cpu.isa(), points, centroids, bias.as_deref())
+    } else {
+        // Small dimension (PQ sub-spaces, k-means on them): the fused
+        // argmax kernel straight into two flat vectors, with no per-point
+        // candidate lists (allocating one per point cost more than the
+        // arithmetic for 16-centroid codebooks).
+        points
+            .par_chunks(1024 * d)
+            .map(|q| argmax_rows(cpu.isa(), q, centroids, bias.as_deref()))
+            .collect()
+    };
     let mut rows = Vec::with_capacity(points.len() / d);
     let mut scores = Vec::with_capacity(points.len() / d);
     for (r, s) in parts {

@@ -36,7 +36,7 @@
 
 use crate::time::parse_digits;
 pub use crate::time::parse_locomo_date;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -318,7 +318,8 @@ fn parse_sample(i: usize, value: &Value, skipped: &mut SkipReport) -> Result<Con
     }
 
     let mut sessions = Vec::new();
-    let mut seen_ids: HashSet<String> = HashSet::new();
+    // A B-tree, not a hash set: the reader's work (and its fuzz coverage) never depends on a random hasher seed.
+    let mut seen_ids: BTreeSet<String> = BTreeSet::new();
     for (index, part) in parts {
         let Some(turns_value) = part.turns else {
             skipped.date_times_without_session += 1;
@@ -437,7 +438,7 @@ fn parse_answer(value: Option<&Value>, skipped: &mut SkipReport) -> Option<Strin
     }
 }
 
-fn parse_qa(value: &Value, known_ids: &HashSet<String>, skipped: &mut SkipReport) -> Option<Qa> {
+fn parse_qa(value: &Value, known_ids: &BTreeSet<String>, skipped: &mut SkipReport) -> Option<Qa> {
     let question = value
         .as_object()
         .and_then(|obj| obj.get("question"))

@@ -238,15 +238,33 @@ fn parse_calendar_date(date: &str) -> Option<(i64, u32, u32)> {
     Some((year, month, day))
 }
 
-/// Month 1–12 of a month name or a prefix of it of three letters or more
-/// (`Jan`, `Sept`), any case.
+/// English month names in lower case, January first: what
+/// [`month_number`] compares with ([`parse_locomo_date`] lowers its input
+/// once, so no comparison folds case again).
+const MONTHS_LOWER: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+
+/// Month 1–12 of a lower-case month name or a prefix of it of three
+/// letters or more (`jan`, `sept`).
 fn month_number(name: &str) -> Option<u32> {
     if name.len() < 3 {
         return None;
     }
-    MONTH_NAMES
+    MONTHS_LOWER
         .iter()
-        .position(|m| m.len() >= name.len() && m.as_bytes()[..name.len()].eq_ignore_ascii_case(name.as_bytes()))
+        .position(|m| m.starts_with(name))
         .and_then(|i| u32::try_from(i + 1).ok())
 }
 
@@ -308,6 +326,27 @@ mod tests {
         assert_eq!(parse_locomo_date("12:00 am on 1 January, 1970"), Some(0));
         assert_eq!(parse_locomo_date("11:00 pm on 31 December, 1969"), Some(-3600));
         assert_eq!(parse_locomo_date("11:59 pm on 31 December, 2023"), Some(1_704_067_140));
+    }
+
+    #[test]
+    fn month_names_and_prefixes_in_any_case() {
+        for (i, m) in MONTH_NAMES.iter().enumerate() {
+            assert_eq!(MONTHS_LOWER[i], m.to_ascii_lowercase());
+            let n = i64::try_from(i + 1).unwrap();
+            for cut in 3..=m.len() {
+                for form in [
+                    m[..cut].to_string(),
+                    m[..cut].to_ascii_uppercase(),
+                    m[..cut].to_ascii_lowercase(),
+                ] {
+                    let t = parse_locomo_date(&format!("9:05 am on 1 {form}, 2021")).unwrap();
+                    assert_eq!(civil_from_secs(t).1, n, "{form}");
+                }
+            }
+        }
+        for bad in ["ma", "mayo", "junee", "sep.", "jan uary", "decembers"] {
+            assert_eq!(parse_locomo_date(&format!("9:05 am on 1 {bad}, 2021")), None, "{bad}");
+        }
     }
 
     #[test]

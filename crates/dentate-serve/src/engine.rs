@@ -575,8 +575,12 @@ impl Engine {
         let home = (h % self.slots.len() as u64) as usize;
         let generation = st.generation.load(Ordering::SeqCst);
         let (user, state) = (internal.to_string(), st.clone());
+        // Reads run inline on a SQLite store when no language model may be
+        // called (PostgreSQL's blocking client runs a runtime of its own,
+        // which cannot start inside this one).
+        let inline = !write && self.llm.is_none() && !self.cfg.shared();
         let out = self
-            .on_slot(Some((home, st.clone())), move |e, s| {
+            .on_slot(Some((home, st.clone())), inline, move |e, s| {
                 s.fresh(e, &user, &state, generation);
                 let out = f(e, s)?;
                 if write {
@@ -643,35 +647,49 @@ impl Engine {
         self.released.notify_waiters();
     }
 
-    /// Runs `f` on a slot ([`Engine::take_slot`]) in a blocking thread. A
-    /// panic in `f` replaces the slot with a fresh one and is a 500.
+    /// Runs `f` on a slot ([`Engine::take_slot`]) in a blocking thread, or
+    /// `inline` on the calling runtime thread when the slot already holds
+    /// the route's user at its current generation (a short read that waits
+    /// on no network and loads nothing: no hand-over to another thread and
+    /// back). A panic in `f` replaces the slot with a fresh one and is a
+    /// 500.
     async fn on_slot<T: Send + 'static>(
         self: &Arc<Self>,
         route: Option<(usize, Arc<UserState>)>,
+        inline: bool,
         f: impl FnOnce(&Engine, &mut Slot) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let index = self.take_slot(route.as_ref()).await;
+        let loaded = route
+            .as_ref()
+            .is_some_and(|(_, st)| st.holders.load(Ordering::SeqCst) & UserState::bit(index) != 0);
+        if inline && loaded {
+            return self.run_on(index, f);
+        }
         let this = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let _release = Taken(&this, index);
-            let slot = &this.slots[index];
-            let mut guard = slot.lock().unwrap_or_else(|p| {
-                slot.clear_poison();
-                p.into_inner()
-            });
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&this, &mut guard)));
-            match out {
-                Ok(r) => r,
-                Err(_) => {
-                    if let Ok(fresh) = Self::slot(index, &this.cfg, &this.kinds, &this.embedder, &this.llm) {
-                        *guard = fresh;
-                    }
-                    Err(ServeError::Internal("the operation panicked".into()))
+        tokio::task::spawn_blocking(move || this.run_on(index, f))
+            .await
+            .map_err(|e| ServeError::Internal(format!("worker thread: {e}")))?
+    }
+
+    /// Runs `f` on slot `index`, which the caller took; releases it.
+    fn run_on<T>(&self, index: usize, f: impl FnOnce(&Engine, &mut Slot) -> Result<T>) -> Result<T> {
+        let _release = Taken(self, index);
+        let slot = &self.slots[index];
+        let mut guard = slot.lock().unwrap_or_else(|p| {
+            slot.clear_poison();
+            p.into_inner()
+        });
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self, &mut guard)));
+        match out {
+            Ok(r) => r,
+            Err(_) => {
+                if let Ok(fresh) = Self::slot(index, &self.cfg, &self.kinds, &self.embedder, &self.llm) {
+                    *guard = fresh;
                 }
+                Err(ServeError::Internal("the operation panicked".into()))
             }
-        })
-        .await
-        .map_err(|e| ServeError::Internal(format!("worker thread: {e}")))?
+        }
     }
 
     fn user_state(&self, internal: &str) -> Result<Arc<UserState>> {
@@ -776,7 +794,9 @@ impl Engine {
         let u = self.existing(p, user)?;
         let internal = u.internal.clone();
         let n = self
-            .on_slot(None, move |_, s| Ok(s.mems[0].store().message_count(&internal)?))
+            .on_slot(None, false, move |_, s| {
+                Ok(s.mems[0].store().message_count(&internal)?)
+            })
             .await?;
         Ok(UserOut {
             user_id: u.external,
@@ -800,7 +820,7 @@ impl Engine {
         let _w = st.lock.clone().write_owned().await;
         let (internal, id) = (u.internal.clone(), u.id);
         let out = self
-            .on_slot(None, move |e, s| {
+            .on_slot(None, false, move |e, s| {
                 let mut total = Erased::default();
                 for (i, m) in s.mems.iter_mut().enumerate() {
                     let r = m.erase_user(&internal)?;
@@ -944,7 +964,7 @@ impl Engine {
         let limit = check_page(limit)?;
         let offset = offset.unwrap_or(0);
         let internal = u.internal.clone();
-        self.on_slot(None, move |_, s| {
+        self.on_slot(None, false, move |_, s| {
             let msgs = s.mems[0].store().messages_page(&internal, limit, offset)?;
             Ok(MessageList {
                 messages: msgs.into_iter().map(source_out).collect(),
@@ -962,7 +982,7 @@ impl Engine {
         let _w = st.lock.clone().write_owned().await;
         let internal = u.internal.clone();
         let out = self
-            .on_slot(None, move |_, s| {
+            .on_slot(None, false, move |_, s| {
                 let mut total = Erased::default();
                 for (i, m) in s.mems.iter_mut().enumerate() {
                     // The first handle erases the rows (every pipeline's);
@@ -1050,7 +1070,7 @@ impl Engine {
         let u = self.existing(p, user)?;
         let internal = u.internal.clone();
         let kind = q.kind;
-        self.on_slot(None, move |_, s| {
+        self.on_slot(None, false, move |_, s| {
             let m = &s.mems[pi];
             let items = m.store().items(&internal, m.pipeline_name(), kind.as_deref())?;
             Ok(MemoryList {
@@ -1070,7 +1090,7 @@ impl Engine {
     pub async fn get(self: &Arc<Self>, p: &Principal, user: Option<&str>, id: i64) -> Result<MemoryOut> {
         p.require(Role::Read)?;
         let internal = self.owner_of(p, user, id).await?;
-        self.on_slot(None, move |_, s| {
+        self.on_slot(None, false, move |_, s| {
             let store = s.mems[0].store();
             let rec = store
                 .item_record(id)?
@@ -1094,7 +1114,7 @@ impl Engine {
             None => None,
         };
         let owner = self
-            .on_slot(None, move |_, s| {
+            .on_slot(None, false, move |_, s| {
                 Ok(s.mems[0].store().item_record(id)?.map(|r| r.item.user))
             })
             .await?
@@ -1173,7 +1193,7 @@ impl Engine {
     pub async fn history(self: &Arc<Self>, p: &Principal, user: Option<&str>, id: i64) -> Result<HistoryResponse> {
         p.require(Role::Read)?;
         let internal = self.owner_of(p, user, id).await?;
-        self.on_slot(None, move |_, s| {
+        self.on_slot(None, false, move |_, s| {
             let h = s.mems[0].history(&internal, id)?;
             Ok(HistoryResponse {
                 id,
@@ -1230,7 +1250,7 @@ impl Engine {
         p.require(Role::Read)?;
         let u = self.existing(p, user)?;
         let internal = u.internal.clone();
-        self.on_slot(None, move |_, s| {
+        self.on_slot(None, false, move |_, s| {
             let store = s.mems[0].store();
             let items = store.items_from_messages(&internal, &messages)?;
             Ok(items.iter().map(|it| memory_out(it, None)).collect())
